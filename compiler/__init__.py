@@ -1,0 +1,161 @@
+"""tuner's config compiler: settings.toml -> accelerate YAML + DeepSpeed JSON + manifest.
+
+Pure Python; never imports torch, accelerate, deepspeed or textual. The stages:
+
+    read (source.py) -> normalise (normalise.py: aliases, spellings, schema)
+      -> rules (rules.py: cross-field checks, the plan) -> deepspeed_config.py
+      -> emit (emit.py: YAML, JSON, manifest; atomic write)
+
+`compile_text` / `compile_file` run every stage and return a `CompileResult`; nothing is
+written until `write()` is called on a result without errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import deepspeed_config, emit, model_facts
+from .diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Diagnostic, Diagnostics
+from .normalise import normalise
+from .rules import Plan, check
+from .settings import Settings
+from .source import Source, SourceError, parse_settings_text, read_settings
+
+__all__ = [
+    "CompileResult", "compile_file", "compile_text", "compile_source", "default_out_dir",
+    "Diagnostic", "Diagnostics", "Settings", "Plan", "SourceError",
+    "EXIT_OK", "EXIT_INVALID", "EXIT_USAGE",
+]
+
+
+@dataclass
+class CompileResult:
+    diagnostics: Diagnostics
+    settings: Settings | None = None
+    plan: Plan | None = None
+    out_dir: Path | None = None
+    files: dict[str, str] = field(default_factory=dict)
+    """Artefact name -> exact text that `write()` puts on disk."""
+
+    @property
+    def ok(self) -> bool:
+        return self.diagnostics.ok and bool(self.files)
+
+    @property
+    def accelerate_yaml(self) -> str:
+        return self.files.get(emit.ACCELERATE_YAML, "")
+
+    @property
+    def deepspeed_json(self) -> str:
+        return self.files.get(emit.DEEPSPEED_JSON, "")
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        import json
+        return json.loads(self.files[emit.MANIFEST_JSON]) if emit.MANIFEST_JSON in self.files else {}
+
+    def write(self) -> Path:
+        """Write the artefacts (only when there are no errors); returns the directory."""
+        if not self.ok or self.out_dir is None:
+            raise RuntimeError("refusing to write artefacts of a compile with errors")
+        stale = () if emit.DEEPSPEED_JSON in self.files else (emit.DEEPSPEED_JSON,)
+        emit.write_atomically(self.out_dir, self.files, remove=stale)
+        return self.out_dir
+
+
+def default_out_dir(settings_file: Path) -> Path:
+    return settings_file.parent / "build"
+
+
+def compile_source(src: Source, overrides: list[str] | tuple[str, ...] = (), out_dir: Path | None = None,
+                   display_name: str | None = None) -> CompileResult:
+    origin: dict[str, str] = {}  # canonical key -> key as written; filled by normalise
+
+    def locate(key: str) -> tuple[int | None, int | None]:
+        parts = key.split(".")
+        for i in range(len(parts), 0, -1):
+            prefix = ".".join(parts[:i])
+            if prefix in origin:
+                return src.locator.find(".".join([origin[prefix], *parts[i:]]))
+        return src.locator.find(key)
+
+    diags = Diagnostics(file=display_name or (str(src.path) if src.path else "<settings>"), locate=locate)
+    base_dir = src.path.parent.resolve() if src.path else Path.cwd()
+    n = normalise(src.data, diags, overrides, base_dir)
+    origin.update(n.origin)
+    return _finish(src, n, diags, base_dir, out_dir)
+
+
+def _finish(src: Source, n, diags: Diagnostics, base_dir: Path, out_dir: Path | None) -> CompileResult:
+    s, plan = check(n, diags)
+    out_dir = Path(out_dir) if out_dir else (src.path.parent / "build" if src.path else Path("build"))
+    out_dir = out_dir.resolve()
+    result = CompileResult(diags, s, plan, out_dir)
+
+    ds_text = ""
+    if plan.uses_deepspeed:
+        ds_cfg, s = deepspeed_config.build(s, plan.data_parallel_size, n.explicit, diags, base_dir,
+                                           model_facts.nvme_bytes(s, plan))
+        plan.global_batch_size = ds_cfg.get("train_batch_size", plan.global_batch_size)
+        ds_text = emit.render_json(ds_cfg)
+
+    base_cfg: dict[str, Any] = {}
+    if s.accelerate.base:
+        base_cfg = _load_base(s.accelerate.base, base_dir, diags)
+
+    model_facts.check(s, plan, diags)
+
+    if not diags.ok:
+        return result
+
+    ours = emit.accelerate_config(s, plan, out_dir / emit.DEEPSPEED_JSON if ds_text else None)
+    cfg = emit.merge_base(base_cfg, ours, plan, diags) if base_cfg else ours
+    files = {emit.ACCELERATE_YAML: emit.render_yaml(cfg)}
+    if ds_text:
+        files[emit.DEEPSPEED_JSON] = ds_text
+    files[emit.MANIFEST_JSON] = emit.render_json(emit.manifest(s, plan, src.path, src.text, files, diags))
+    result.settings, result.files = s, files
+    return result
+
+
+def _load_base(text: str, base_dir: Path, diags: Diagnostics) -> dict[str, Any]:
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        path = base_dir / path
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        diags.error("accelerate.base", f"base accelerate config not found: {path}",
+                    "fix the path, or remove accelerate.base to write a fresh config")
+        return {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        diags.error("accelerate.base", f"cannot read base accelerate config {path}: {exc}")
+        return {}
+    if not isinstance(loaded, dict):
+        diags.error("accelerate.base", f"base accelerate config {path} is not a YAML mapping")
+        return {}
+    diags.note("accelerate.base", f"merging into {path}; its other keys are kept")
+    return loaded
+
+
+def compile_text(text: str, overrides: list[str] | tuple[str, ...] = (), path: Path | None = None,
+                 out_dir: Path | None = None) -> CompileResult:
+    """Compile settings given as TOML text (the wizard uses this on every change)."""
+    try:
+        src = parse_settings_text(text, path)
+    except SourceError as exc:
+        diags = Diagnostics(file=str(path) if path else "<settings>")
+        diags.items.append(Diagnostic("error", "", exc.message, "fix the TOML syntax at this position",
+                                      diags.file, exc.line, exc.column))
+        return CompileResult(diags)
+    return compile_source(src, overrides, out_dir)
+
+
+def compile_file(path: Path, overrides: list[str] | tuple[str, ...] = (), out_dir: Path | None = None) -> CompileResult:
+    """Compile a settings file. Raises SourceError (with .io set) when it cannot be read."""
+    src = read_settings(Path(path))
+    return compile_source(src, overrides, out_dir)

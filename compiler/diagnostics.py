@@ -1,0 +1,103 @@
+"""Diagnostics: problems collected as rows, reported all at once.
+
+The compiler never raises on bad settings. Every stage appends `Diagnostic` rows to a
+`Diagnostics` collector and carries on, so one run reports every problem (the way
+harlequin and torchtune collect config errors). Only I/O and usage errors stop early.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Literal
+
+Severity = Literal["error", "warning", "note"]
+
+#: Exit codes of `tuner compile` (and every other command that reads settings).
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One problem (or remark) about the settings."""
+
+    severity: Severity
+    key: str
+    """Dotted key path in the canonical layout, e.g. ``fsdp.version``; '' for the file."""
+    message: str
+    fix: str = ""
+    """What the person should do; empty when the message says it already."""
+    file: str = ""
+    line: int | None = None
+    column: int | None = None
+
+    def location(self) -> str:
+        where = self.file or "<settings>"
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        return where
+
+    def format(self) -> str:
+        key = f" [{self.key}]" if self.key else ""
+        text = f"{self.location()}: {self.severity}{key}: {self.message}"
+        if self.fix:
+            text += f"\n    fix: {self.fix}"
+        return text
+
+
+@dataclass
+class Diagnostics:
+    """An ordered collector of diagnostics for one compile."""
+
+    file: str = ""
+    items: list[Diagnostic] = field(default_factory=list)
+    locate: "callable | None" = None
+    """Maps a key path to (line, column) in the source file, when the file is known."""
+
+    def add(self, severity: Severity, key: str, message: str, fix: str = "") -> None:
+        line = column = None
+        if self.locate is not None and key:
+            line, column = self.locate(key)
+        self.items.append(Diagnostic(severity, key, message, fix, self.file, line, column))
+
+    def error(self, key: str, message: str, fix: str = "") -> None:
+        self.add("error", key, message, fix)
+
+    def warning(self, key: str, message: str, fix: str = "") -> None:
+        self.add("warning", key, message, fix)
+
+    def note(self, key: str, message: str, fix: str = "") -> None:
+        self.add("note", key, message, fix)
+
+    def extend(self, items: Iterable[Diagnostic]) -> None:
+        self.items.extend(items)
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.items if d.severity == "error"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def for_key(self, key: str) -> list[Diagnostic]:
+        return [d for d in self.items if d.key == key or d.key.startswith(key + ".")]
+
+
+def render_text(items: Iterable[Diagnostic]) -> str:
+    items = list(items)
+    lines = [d.format() for d in items]
+    counts = {s: sum(1 for d in items if d.severity == s) for s in ("error", "warning", "note")}
+    lines.append(
+        f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['note']} note(s)"
+    )
+    return "\n".join(lines)
+
+
+def render_json(items: Iterable[Diagnostic], **extra) -> str:
+    payload = {"diagnostics": [asdict(d) for d in items], **extra}
+    return json.dumps(payload, indent=2, sort_keys=True)

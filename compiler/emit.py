@@ -1,0 +1,222 @@
+"""Emitters: accelerate YAML, DeepSpeed JSON and the manifest; written atomically.
+
+Every accelerate key is written explicitly, because accelerate's launch defaults are
+surprising (FSDP version 1, RAM-efficient loading on). When the YAML points at a DeepSpeed
+JSON file it carries none of the keys accelerate forbids beside one (checked in
+`accelerate.utils.dataclasses.DeepSpeedPlugin._deepspeed_config_checks`), and no
+top-level ``mixed_precision``: the JSON's bf16/fp16 blocks decide.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .diagnostics import Diagnostics
+from .rules import Plan
+from .settings import Settings
+
+ACCELERATE_YAML = "accelerate.yaml"
+DEEPSPEED_JSON = "deepspeed.json"
+MANIFEST_JSON = "manifest.json"
+MANIFEST_VERSION = 1
+
+#: Keys accelerate refuses in `deepspeed_config` beside a `deepspeed_config_file`.
+DS_KEYS_FORBIDDEN_WITH_FILE = (
+    "gradient_accumulation_steps", "gradient_clipping", "zero_stage", "offload_optimizer_device",
+    "offload_param_device", "offload_param_nvme_path", "offload_optimizer_nvme_path", "zero3_save_16bit_model",
+)
+_WRAP_NAMES = {"transformer": "TRANSFORMER_BASED_WRAP", "size": "SIZE_BASED_WRAP", "none": "NO_WRAP"}
+_STATE_DICT_NAMES = {"sharded": "SHARDED_STATE_DICT", "full": "FULL_STATE_DICT"}
+
+
+def fsdp_block(s: Settings) -> dict[str, Any]:
+    f = s.fsdp
+    policy = _WRAP_NAMES.get(f.auto_wrap_policy, "NO_WRAP")  # a dotted callable is applied by the runtime
+    block: dict[str, Any] = {
+        "fsdp_version": f.version,
+        "fsdp_auto_wrap_policy": policy,
+        "fsdp_state_dict_type": _STATE_DICT_NAMES[s.checkpoint.state_dict_type],
+        "fsdp_cpu_ram_efficient_loading": f.cpu_ram_efficient_loading,
+        "fsdp_sync_module_states": True,
+        "fsdp_offload_params": f.offload_params,
+        "fsdp_activation_checkpointing": f.activation_checkpointing,
+    }
+    if f.version == 2:
+        block["fsdp_reshard_after_forward"] = f.reshard_after_forward
+    else:
+        strategy = f.sharding_strategy.upper()
+        if not f.reshard_after_forward and strategy == "FULL_SHARD":
+            strategy = "SHARD_GRAD_OP"
+        block["fsdp_reshard_after_forward"] = strategy
+        block["fsdp_use_orig_params"] = True
+        block["fsdp_backward_prefetch"] = "BACKWARD_PRE"
+        block["fsdp_forward_prefetch"] = False
+    if policy == "TRANSFORMER_BASED_WRAP" and f.transformer_layer_cls_to_wrap:
+        block["fsdp_transformer_layer_cls_to_wrap"] = ",".join(f.transformer_layer_cls_to_wrap)
+    if policy == "SIZE_BASED_WRAP":
+        block["fsdp_min_num_params"] = f.min_num_params
+    return block
+
+
+def accelerate_config(s: Settings, plan: Plan, deepspeed_path: Path | None) -> dict[str, Any]:
+    hw = s.hardware
+    cfg: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "debug": False,
+        "distributed_type": plan.distributed_type,
+        "downcast_bf16": "no",
+        "enable_cpu_affinity": False,
+        "gpu_ids": "all",
+        "machine_rank": hw.machine_rank,
+        "main_process_port": hw.main_process_port,
+        "main_training_function": "main",
+        "mixed_precision": s.training.mixed_precision,
+        "num_machines": hw.num_machines,
+        "num_processes": hw.num_processes,
+        "rdzv_backend": hw.rdzv_backend,
+        "same_network": hw.same_network,
+        "tpu_env": [],
+        "tpu_use_cluster": False,
+        "tpu_use_sudo": False,
+        "use_cpu": plan.platform == "cpu",
+        "dynamo_config": {} if s.accelerate.dynamo_backend == "no" else {"dynamo_backend": s.accelerate.dynamo_backend.upper()},
+    }
+    if hw.num_machines > 1:
+        cfg["main_process_ip"] = hw.main_process_ip
+    if plan.uses_deepspeed:
+        assert deepspeed_path is not None
+        del cfg["mixed_precision"]
+        cfg["deepspeed_config"] = {
+            "deepspeed_config_file": str(deepspeed_path),
+            "zero3_init_flag": bool(s.deepspeed.zero3_init and s.deepspeed.zero_stage == 3),
+        }
+        if hw.num_machines > 1:
+            cfg["deepspeed_config"]["deepspeed_multinode_launcher"] = "standard"
+    elif plan.uses_fsdp:
+        cfg["fsdp_config"] = fsdp_block(s)
+        if s.context_parallel.size > 1:
+            cfg["parallelism_config"] = {
+                "parallelism_config_cp_size": s.context_parallel.size,
+                "parallelism_config_cp_comm_strategy": s.context_parallel.comm_strategy,
+                "parallelism_config_dp_replicate_size": 1,
+                "parallelism_config_dp_shard_size": plan.data_parallel_size,
+                "parallelism_config_tp_size": 1,
+            }
+    return cfg
+
+
+def merge_base(base: dict[str, Any], ours: dict[str, Any], plan: Plan, diags: Diagnostics) -> dict[str, Any]:
+    """Our keys over the user's existing accelerate config; their other keys survive."""
+    merged = dict(base)
+    strategy_blocks = ("deepspeed_config", "fsdp_config", "megatron_lm_config", "parallelism_config")
+    for block in strategy_blocks:
+        if block in merged and block not in ours:
+            if merged[block]:
+                diags.note("accelerate.base", f"dropped {block} from the base config: the run uses {plan.strategy}")
+            del merged[block]
+    for key, value in ours.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict) and key != "deepspeed_config":
+            merged[key] = {**merged[key], **value}
+        elif key == "deepspeed_config" and isinstance(merged.get(key), dict):
+            kept = {k: v for k, v in merged[key].items() if k not in DS_KEYS_FORBIDDEN_WITH_FILE}
+            dropped = sorted(set(merged[key]) - set(kept))
+            if dropped:
+                diags.note("accelerate.base", f"dropped {', '.join(dropped)} from the base deepspeed_config: "
+                           "they now live in deepspeed.json (accelerate refuses them beside a config file)")
+            merged[key] = {**kept, **value}
+        else:
+            if key in merged and merged[key] != value and key not in ("distributed_type",):
+                diags.note("accelerate.base", f"{key}: {merged[key]!r} from the base config replaced by {value!r}")
+            merged[key] = value
+    if plan.uses_deepspeed:
+        merged.pop("mixed_precision", None)
+    return merged
+
+
+def render_yaml(cfg: dict[str, Any]) -> str:
+    return yaml.safe_dump(cfg, sort_keys=True, default_flow_style=False, allow_unicode=True)
+
+
+def render_json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def tool_versions() -> dict[str, str]:
+    """Versions from package metadata: no heavy import happens here."""
+    out = {"python": ".".join(map(str, sys.version_info[:3]))}
+    for dist in ("tuner", "torch", "accelerate", "deepspeed", "transformers", "diffusers"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def manifest(s: Settings, plan: Plan, settings_file: Path | None, settings_text: str,
+             artefacts: dict[str, str], diags: Diagnostics) -> dict[str, Any]:
+    hw = s.hardware
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "settings_file": str(settings_file) if settings_file else None,
+        "settings_sha256": sha256(settings_text),
+        "settings": s.to_dict(),
+        "plan": plan.to_dict(),
+        "topology": {
+            "platform": plan.platform,
+            "num_machines": hw.num_machines,
+            "num_processes": hw.num_processes,
+            "processes_per_machine": plan.processes_per_machine,
+            "machine_rank": hw.machine_rank,
+            "main_process_ip": hw.main_process_ip,
+            "main_process_port": hw.main_process_port,
+            "rdzv_backend": hw.rdzv_backend,
+            "context_parallel_size": s.context_parallel.size,
+            "data_parallel_size": plan.data_parallel_size,
+        },
+        "artefacts": {name: sha256(text) for name, text in sorted(artefacts.items())},
+        "versions": tool_versions(),
+        "diagnostics": [
+            {"severity": d.severity, "key": d.key, "message": d.message} for d in diags.items if d.severity != "error"
+        ],
+    }
+
+
+def write_atomically(out_dir: Path, files: dict[str, str], remove: tuple[str, ...] = ()) -> None:
+    """Write every file to a temporary name, then move each into place.
+
+    Nothing is touched until every file has been written and flushed, so a failure
+    (disk full, permission) leaves the previous build as it was.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staged: list[tuple[str, Path]] = []
+    try:
+        for name, text in files.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            staged.append((name, Path(tmp)))
+    except BaseException:
+        for _, tmp in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    # The manifest moves last: a reader that sees a new manifest sees new artefacts.
+    staged.sort(key=lambda item: item[0] == MANIFEST_JSON)
+    for name, tmp in staged:
+        os.replace(tmp, out_dir / name)
+    for name in remove:
+        (out_dir / name).unlink(missing_ok=True)

@@ -1,0 +1,377 @@
+"""Normalisation: what the person wrote -> canonical settings (every key, every default).
+
+Three inputs are accepted and mapped onto one canonical, sectioned layout:
+
+* the sectioned layout itself (``[fsdp] version = 2``),
+* the seeds' flat flag names as aliases (``fsdp_version = 2``), at top level or inside a
+  section, 1:1 with the schema's ``x-aliases``,
+* command-line overrides (``--set fsdp_version=2`` or the seed's ``--fsdp_version=2``).
+
+Forgiving spellings (``"v2"``, ``SHARDED_STATE_DICT``, ``"A,B"`` for a list, ...) become the
+canonical value and each change is reported as a note. Unknown keys are errors with a
+"did you mean". Finally the schema validates types and enums; a key that fails falls back
+to its default so that the cross-field rules can still run and report everything at once.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .diagnostics import Diagnostics
+from .schema import SchemaIndex, index, load_schema
+
+# --- forgiving spellings -----------------------------------------------------------
+
+#: Well-known model names -> (family, flavour). `--model_family=sdxl` is the seed's example.
+FAMILY_ALIASES: dict[str, tuple[str, str]] = {
+    **{n: ("diffusion", "unet") for n in ("sdxl", "sd15", "sd1x", "sd2x", "sd21", "kolors", "deepfloyd", "unet")},
+    **{n: ("diffusion", "transformer") for n in (
+        "sd3", "flux", "pixart", "pixart_sigma", "dit", "auraflow", "sana", "hidream", "chroma", "wan",
+        "ltxvideo", "qwen_image", "transformer")},
+    **{n: ("causal_lm", n) for n in ("llama", "mistral", "qwen", "qwen2", "qwen3", "gpt2", "gemma", "phi", "gpt_neox")},
+    **{n: ("causal_lm", "") for n in ("causal", "causal-lm", "causallm", "lm", "llm", "clm")},
+    **{n: ("embedding", n) for n in ("bert", "minilm", "e5", "bge")},
+    **{n: ("embedding", "") for n in ("embed", "embeddings", "sentence-transformer", "sentence_transformers", "encoder")},
+    **{n: ("diffusion", "") for n in ("diffusers",)},
+}
+
+_STATE_DICT = {"sharded": "sharded", "sharded_state_dict": "sharded", "full": "full", "full_state_dict": "full"}
+_WRAP = {
+    "transformer": "transformer", "transformer_based_wrap": "transformer", "transformer_based": "transformer",
+    "size": "size", "size_based_wrap": "size", "size_based": "size",
+    "none": "none", "no_wrap": "none", "nowrap": "none", "no": "none",
+}
+_PRECISION = {"no": "no", "none": "no", "fp32": "no", "float32": "no", "false": "no",
+              "fp16": "fp16", "float16": "fp16", "half": "fp16",
+              "bf16": "bf16", "bfloat16": "bf16"}
+_COMM = {"allgather": "allgather", "all_gather": "allgather", "all-gather": "allgather",
+         "alltoall": "alltoall", "all_to_all": "alltoall", "all-to-all": "alltoall"}
+_OFFLOAD = {"none": "none", "no": "none", "off": "none", "false": "none", "": "none", "cpu": "cpu", "nvme": "nvme"}
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+def _lookup(table: dict[str, str]) -> Callable[[Any], Any]:
+    def fn(value: Any) -> Any:
+        if isinstance(value, str):
+            return table.get(value.strip().lower(), value)
+        return value
+    return fn
+
+
+def _fsdp_version(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip().lower().lstrip("v")
+        if text in ("1", "2"):
+            return int(text)
+    if isinstance(value, float) and value in (1.0, 2.0):
+        return int(value)
+    return value
+
+
+def _wrap_policy(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    mapped = _WRAP.get(value.strip().lower())
+    if mapped:
+        return mapped
+    return value.strip()  # a dotted callable path, checked by the rules
+
+
+def _precision(value: Any) -> Any:
+    if value is False:
+        return "no"
+    return _lookup(_PRECISION)(value)
+
+
+def _offload(value: Any) -> Any:
+    if value is False or value is None:
+        return "none"
+    return _lookup(_OFFLOAD)(value)
+
+
+def _model_type(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip().lower()
+        return {"peft": "lora", "lora": "lora", "full": "full", "full_finetune": "full"}.get(text, value)
+    return value
+
+
+#: Key-specific normalisers, applied before the generic, type-driven ones.
+SPECIFIC: dict[str, Callable[[Any], Any]] = {
+    "fsdp.version": _fsdp_version,
+    "checkpoint.state_dict_type": _lookup(_STATE_DICT),
+    "fsdp.auto_wrap_policy": _wrap_policy,
+    "training.mixed_precision": _precision,
+    "context_parallel.comm_strategy": _lookup(_COMM),
+    "deepspeed.offload_optimizer": _offload,
+    "deepspeed.offload_param": _offload,
+    "model.type": _model_type,
+    "training.optimizer": lambda v: v.strip().lower() if isinstance(v, str) else v,
+    "hardware.platform": lambda v: v.strip().lower() if isinstance(v, str) else v,
+}
+
+
+def _types(prop: dict[str, Any]) -> list[str]:
+    t = prop.get("type", [])
+    return t if isinstance(t, list) else [t]
+
+
+def coerce_generic(prop: dict[str, Any], value: Any) -> Any:
+    """Type-driven forgiving conversions: "2" -> 2, "true" -> True, "A, B" -> [A, B]."""
+    types = _types(prop)
+    if "boolean" in types and isinstance(value, str):
+        low = value.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+    if "integer" in types and not isinstance(value, bool):
+        if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+            return int(value)
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+            return int(value)
+    if "number" in types and isinstance(value, str) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    if "array" in types and isinstance(value, str):
+        items = [part.strip() for part in value.split(",") if part.strip()]
+        if prop.get("items", {}).get("type") == "integer" and all(re.fullmatch(r"\d+", i) for i in items):
+            return [int(i) for i in items]
+        return items
+    if "array" in types and isinstance(value, list):
+        item_type = prop.get("items", {}).get("type")
+        if item_type == "string":
+            return [v.strip() if isinstance(v, str) else v for v in value]
+    enum = prop.get("enum")
+    if enum and isinstance(value, str) and value not in enum:
+        for choice in enum:
+            if isinstance(choice, str) and choice.lower() == value.strip().lower():
+                return choice
+    return value
+
+
+# --- the result ----------------------------------------------------------------------
+
+
+@dataclass
+class Normalised:
+    settings: dict[str, dict[str, Any]]
+    explicit: set[str] = field(default_factory=set)
+    """Canonical paths the person set (in the file or on the command line)."""
+    origin: dict[str, str] = field(default_factory=dict)
+    """Canonical path -> the path as written (an alias, or a key inside a section)."""
+    invalid: set[str] = field(default_factory=set)
+    """Canonical paths whose value failed validation and fell back to the default."""
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` (or ``--KEY=VALUE`` / bare ``--KEY``) -> (KEY, VALUE).
+
+    VALUE is read as a TOML value when it is one (``2``, ``true``, ``["A"]``,
+    ``{stage = 3}``), otherwise as a plain string; a bare key means ``true``.
+    Raises ValueError for an empty key.
+    """
+    text = text.strip()
+    if text.startswith("--"):
+        text = text[2:]
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not key:
+        raise ValueError(f"override {text!r} has no key; write KEY=VALUE")
+    if not sep:
+        return key, True
+    try:
+        return key, tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key, raw
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _Builder:
+    def __init__(self, idx: SchemaIndex, diags: Diagnostics, base_dir: Path | None):
+        self.idx = idx
+        self.diags = diags
+        self.base_dir = base_dir
+        self.values: dict[str, Any] = {}
+        self.origin: dict[str, str] = {}
+
+    def put(self, canonical: str, written: str, value: Any, source: str) -> None:
+        if canonical in self.values and source == "file":
+            if self.values[canonical] != value:
+                self.diags.error(
+                    written,
+                    f"{canonical} is set twice with different values "
+                    f"(as {self.origin[canonical]} = {_describe(self.values[canonical])} and as {written} = {_describe(value)})",
+                    "keep one of the two spellings",
+                )
+            return
+        self.values[canonical] = value
+        self.origin[canonical] = written
+
+    def take_file(self, data: dict[str, Any]) -> None:
+        idx = self.idx
+        for key in data:
+            value = data[key]
+            if key in idx.sections:
+                if not isinstance(value, dict):
+                    self.diags.error(key, f"[{key}] must be a table of settings, not {type(value).__name__}",
+                                     f"write it as a [{key}] section")
+                    continue
+                for sub, subvalue in value.items():
+                    path = f"{key}.{sub}"
+                    if path in idx.keys:
+                        self.put(path, path, subvalue, "file")
+                    elif sub in idx.aliases and idx.aliases[sub].startswith(key + "."):
+                        self.put(idx.aliases[sub], path, subvalue, "file")
+                    else:
+                        self.unknown(path, sub, section=key)
+            elif key in idx.aliases:
+                self.put(idx.aliases[key], key, value, "file")
+            else:
+                self.unknown(key, key)
+
+    def unknown(self, path: str, word: str, section: str | None = None) -> None:
+        hints = self.idx.suggest(word, section) or self.idx.suggest(word)
+        fix = f"did you mean {' or '.join(hints)}?" if hints else "remove it; `tuner schema` lists every key"
+        where = f"in [{section}]" if section else "at top level"
+        self.diags.error(path, f"unknown key {word!r} {where}", fix)
+
+    def take_override(self, text: str) -> None:
+        try:
+            key, value = parse_override(text)
+        except ValueError as exc:
+            self.diags.error("", str(exc))
+            return
+        if key in self.idx.keys:
+            canonical = key
+        elif key in self.idx.aliases:
+            canonical = self.idx.aliases[key]
+        else:
+            hints = self.idx.suggest(key)
+            fix = f"did you mean {' or '.join(hints)}?" if hints else "`tuner schema` lists every key"
+            self.diags.error(key, f"unknown key {key!r} in command-line override", fix)
+            return
+        self.put(canonical, key, value, "override")
+
+
+def _load_deepspeed_config(value: Any, base_dir: Path | None, diags: Diagnostics) -> Any:
+    """deepspeed.config as a path -> the parsed JSON object (errors reported, {} returned)."""
+    if not isinstance(value, str):
+        return value
+    if not value.strip():
+        return {}
+    path = Path(value).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        diags.error("deepspeed.config", f"DeepSpeed config file not found: {path}",
+                    "fix the path (relative paths start at the settings file) or inline the config as a table")
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        diags.error("deepspeed.config", f"cannot read DeepSpeed config {path}: {exc}")
+        return {}
+    try:
+        loaded = json.loads(text)
+    except json.JSONDecodeError as exc:
+        diags.error("deepspeed.config", f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}",
+                    "fix the JSON (a missing comma is the usual cause)")
+        return {}
+    if not isinstance(loaded, dict):
+        diags.error("deepspeed.config", f"{path} must hold a JSON object, not {type(loaded).__name__}")
+        return {}
+    diags.note("deepspeed.config", f"read DeepSpeed config from {path}")
+    return loaded
+
+
+def normalise(
+    data: dict[str, Any],
+    diags: Diagnostics,
+    overrides: list[str] | tuple[str, ...] = (),
+    base_dir: Path | None = None,
+) -> Normalised:
+    idx = index()
+    builder = _Builder(idx, diags, base_dir)
+    builder.take_file(data)
+    for text in overrides:
+        builder.take_override(text)
+
+    settings = idx.defaults()
+    result = Normalised(settings, set(builder.values), dict(builder.origin))
+    for path, value in builder.values.items():
+        info = idx.keys[path]
+        written = builder.origin[path]
+        value = copy.deepcopy(value)
+        if path == "deepspeed.config":
+            value = _load_deepspeed_config(value, base_dir, diags)
+            if isinstance(value, dict) and set(value) == {"deepspeed_config"} and isinstance(value["deepspeed_config"], dict):
+                value = value["deepspeed_config"]
+                diags.note(written, "unwrapped the outer 'deepspeed_config' object (the seed's config.json layout)")
+        elif path == "model.family" and isinstance(value, str) and value.strip().lower() in FAMILY_ALIASES:
+            family, flavour = FAMILY_ALIASES[value.strip().lower()]
+            if family != value:
+                diags.note(written, f"model family {value!r} is trained as {family!r}"
+                           + (f" (flavour {flavour!r})" if flavour else ""))
+            if flavour and "model.flavour" not in builder.values:
+                settings["model"]["flavour"] = flavour
+            value = family
+        else:
+            fixed = SPECIFIC.get(path, lambda v: v)(value)
+            fixed = coerce_generic(info.prop, fixed)
+            if fixed != value or type(fixed) is not type(value):
+                diags.note(written, f"normalised {_describe(value)} to {_describe(fixed)}")
+            value = fixed
+        settings[info.section][info.name] = value
+
+    _validate(settings, result, diags)
+    return result
+
+
+_TYPE_WORDS = {"integer": "an integer", "number": "a number", "boolean": "true or false",
+               "string": "a string", "array": "a list", "object": "a table"}
+
+
+def _validate(settings: dict[str, Any], result: Normalised, diags: Diagnostics) -> None:
+    from jsonschema import Draft202012Validator
+
+    idx = index()
+    validator = Draft202012Validator(load_schema())
+    seen: set[str] = set()
+    for err in sorted(validator.iter_errors(settings), key=lambda e: [str(p) for p in e.absolute_path]):
+        parts = [str(p) for p in err.absolute_path]
+        path = ".".join(parts[:2])
+        if path not in idx.keys or path in seen:
+            diags.error(".".join(parts), err.message)
+            continue
+        seen.add(path)
+        info = idx.keys[path]
+        written = result.origin.get(path, path)
+        got = _describe(err.instance)
+        if err.validator == "type":
+            want = " or ".join(_TYPE_WORDS.get(t, t) for t in _types(err.schema))
+            message = f"must be {want} (got {got})"
+        elif err.validator == "enum":
+            choices = ", ".join(json.dumps(c) for c in err.schema["enum"])
+            message = f"must be one of {choices} (got {got})"
+        elif err.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            message = f"{got} is out of range ({err.validator} {err.validator_value})"
+        else:
+            message = f"{err.message}"
+        diags.error(written, message, info.description)
+        settings[info.section][info.name] = copy.deepcopy(info.default)
+        result.invalid.add(path)

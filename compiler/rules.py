@@ -1,0 +1,163 @@
+"""Cross-field rules and the plan: which strategy the settings mean, checked as a whole.
+
+Each rule is a small function over typed settings that adds diagnostics. Messages the
+seeds define are kept word for word (`FSDP and DeepSpeed cannot be enabled
+simultaneously.`, `Context parallelism requires FSDP2.`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .diagnostics import Diagnostics
+from .normalise import Normalised
+from .platform_probe import detect_platform
+from .settings import Settings
+
+MSG_FSDP_AND_DEEPSPEED = "FSDP and DeepSpeed cannot be enabled simultaneously."
+MSG_CP_NEEDS_FSDP2 = "Context parallelism requires FSDP2."
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+@dataclass
+class Plan:
+    """What the settings resolve to; written to the manifest for the runtime."""
+
+    strategy: str
+    """single, ddp, fsdp1, fsdp2, zero0, zero1, zero2 or zero3."""
+    distributed_type: str
+    """accelerate's DistributedType name."""
+    platform: str
+    world_size: int
+    processes_per_machine: int
+    data_parallel_size: int
+    global_batch_size: int
+    uses_deepspeed: bool
+    uses_fsdp: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def deepspeed_requested(s: Settings) -> bool:
+    return bool(s.deepspeed.enabled or s.deepspeed.config)
+
+
+def check(n: Normalised, diags: Diagnostics) -> tuple[Settings, Plan]:
+    s = Settings.from_dict(n.settings)
+    explicit = n.explicit
+
+    if s.hardware.platform == "auto":
+        s.hardware.platform = detect_platform()
+        diags.note("hardware.platform", f"target platform detected on this machine: {s.hardware.platform}",
+                   "state hardware.platform when compiling for another machine (e.g. in CI)")
+    platform = s.hardware.platform
+    ds_on = deepspeed_requested(s)
+    if s.deepspeed.config and not s.deepspeed.enabled:
+        s.deepspeed.enabled = True
+
+    # -- exclusivity and platform -----------------------------------------------------
+    if s.fsdp.enabled and ds_on:
+        diags.error("fsdp.enabled", MSG_FSDP_AND_DEEPSPEED,
+                    "remove the DeepSpeed config (deepspeed.enabled / deepspeed_config) or set fsdp.enabled = false")
+    if ds_on and platform in ("mps", "rocm"):
+        name = "macOS (MPS)" if platform == "mps" else "ROCm"
+        diags.error("deepspeed.enabled", f"DeepSpeed is not available on {name} hosts.",
+                    "use FSDP2 (fsdp.enabled = true) or DDP on this platform")
+    if s.fsdp.enabled and s.fsdp.version == 1:
+        diags.warning("fsdp.version", "FSDP v1 is deprecated; it works, but FSDP2 shards per parameter, "
+                      "supports LoRA and is the default for full-model runs", "set fsdp.version = 2")
+
+    # -- LoRA -------------------------------------------------------------------------
+    if s.model.type == "lora" and ds_on:
+        diags.error("model.type", "LoRA is not supported with DeepSpeed: DeepSpeed changes the model saving "
+                    "routines, so adapters would not be saved correctly",
+                    "use FSDP2 (fsdp.enabled = true, fsdp.version = 2) for LoRA, or model.type = \"full\"")
+
+    # -- context parallelism ----------------------------------------------------------
+    cp = s.context_parallel
+    if cp.size > 1:
+        if not s.fsdp.enabled or s.fsdp.version != 2:
+            diags.error("context_parallel.size", MSG_CP_NEEDS_FSDP2,
+                        "enable FSDP with fsdp.version = 2, or set context_parallel.size = 1")
+        if platform != "cuda":
+            diags.error("context_parallel.size", f"context parallelism is CUDA-only (target platform: {platform})",
+                        "set context_parallel.size = 1, or hardware.platform = \"cuda\" when compiling for a CUDA machine")
+        if s.hardware.num_processes % cp.size:
+            diags.error("context_parallel.size",
+                        f"context_parallel.size {cp.size} must divide hardware.num_processes {s.hardware.num_processes}",
+                        "pick a size that divides the process count")
+    elif cp.comm_strategy != "allgather":
+        diags.note("context_parallel.comm_strategy",
+                   f"context parallelism is off (size 1); rotation {cp.comm_strategy!r} normalised to 'allgather'")
+        cp.comm_strategy = "allgather"
+
+    # -- FSDP details -----------------------------------------------------------------
+    if s.fsdp.enabled:
+        policy = s.fsdp.auto_wrap_policy
+        if policy not in ("transformer", "size", "none") and not _DOTTED.match(policy):
+            diags.error("fsdp.auto_wrap_policy",
+                        f"unknown wrap policy {policy!r}",
+                        "use transformer, size, none, or a dotted path to a callable (package.module.function)")
+        if policy != "transformer" and s.fsdp.transformer_layer_cls_to_wrap:
+            diags.warning("fsdp.transformer_layer_cls_to_wrap",
+                          f"classes to wrap are ignored with the {policy!r} wrap policy",
+                          "set fsdp.auto_wrap_policy = \"transformer\" or clear the class list")
+        if s.fsdp.version == 2 and "fsdp.sharding_strategy" in explicit:
+            diags.note("fsdp.sharding_strategy", "FSDP2 ignores sharding_strategy; it uses reshard_after_forward")
+        if s.training.gradient_checkpointing and s.fsdp.activation_checkpointing:
+            diags.warning("fsdp.activation_checkpointing",
+                          "both training.gradient_checkpointing and fsdp.activation_checkpointing are on; "
+                          "FSDP's activation checkpointing is used", "turn one of them off")
+    elif _fsdp_keys_set(explicit):
+        keys = ", ".join(sorted(_fsdp_keys_set(explicit)))
+        diags.warning("fsdp.enabled", f"FSDP options are set ({keys}) but FSDP is off", "set fsdp.enabled = true or remove them")
+
+    # -- topology ---------------------------------------------------------------------
+    hw = s.hardware
+    if hw.num_processes % hw.num_machines:
+        diags.error("hardware.num_processes",
+                    f"num_processes {hw.num_processes} is not a multiple of num_machines {hw.num_machines}",
+                    "num_processes counts ranks on all machines together; each machine runs the same number")
+    if hw.machine_rank >= hw.num_machines:
+        diags.error("hardware.machine_rank", f"machine_rank {hw.machine_rank} must be below num_machines {hw.num_machines}")
+    if hw.num_machines > 1 and not hw.main_process_ip:
+        diags.error("hardware.main_process_ip", "a multi-machine run needs the address of machine 0",
+                    "set hardware.main_process_ip (main_process_ip)")
+
+    # -- precision --------------------------------------------------------------------
+    if s.training.mixed_precision == "fp16" and platform == "cpu":
+        diags.warning("training.mixed_precision", "fp16 autocast is not supported on CPU; the run will use bf16 or fp32",
+                      "use bf16 or no on CPU targets")
+
+    # -- strategy ---------------------------------------------------------------------
+    world = hw.num_processes
+    if ds_on:
+        strategy, dtype = f"zero{s.deepspeed.zero_stage}", "DEEPSPEED"
+    elif s.fsdp.enabled:
+        strategy, dtype = f"fsdp{s.fsdp.version}", "FSDP"
+    elif world > 1:
+        strategy, dtype = "ddp", ("MULTI_CPU" if platform == "cpu" else "MULTI_GPU")
+    else:
+        strategy, dtype = "single", "NO"
+    if s.model.type == "lora" and s.fsdp.enabled and s.fsdp.version == 1:
+        diags.note("model.type", "LoRA with FSDP v1 needs use_orig_params; tuner sets it")
+    dp = world // cp.size if cp.size > 1 and world % cp.size == 0 else world
+    plan = Plan(
+        strategy=strategy,
+        distributed_type=dtype,
+        platform=platform,
+        world_size=world,
+        processes_per_machine=max(1, world // hw.num_machines),
+        data_parallel_size=dp,
+        global_batch_size=s.training.micro_batch_size * s.training.gradient_accumulation_steps * dp,
+        uses_deepspeed=ds_on,
+        uses_fsdp=s.fsdp.enabled and not ds_on,
+    )
+    return s, plan
+
+
+def _fsdp_keys_set(explicit: set[str]) -> set[str]:
+    return {k for k in explicit if k.startswith("fsdp.") and k != "fsdp.enabled"}

@@ -1,0 +1,1 @@
+"""tuner runtime: launches real ranks and trains from compiled artefacts."""

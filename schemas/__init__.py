@@ -1,0 +1,1 @@
+"""The settings JSON Schema, shipped as package data (read with importlib.resources)."""

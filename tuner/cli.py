@@ -1,0 +1,154 @@
+"""The `tuner` command line. Each subcommand imports only what it needs, when it runs.
+
+`tuner compile` must never import torch, accelerate, deepspeed or textual, so nothing
+here does at module level; heavy subcommands import their modules inside their handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tuner import __version__
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on usage errors already; keep its message, drop the traceback risk."""
+
+
+def _add_overrides(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting (canonical key like fsdp.version or a flat alias like fsdp_version); "
+                        "the seed's own --fsdp_version=2 spelling works too")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tuner", description="Configure, compile and run multi-GPU training.")
+    parser.add_argument("--version", action="version", version=f"tuner {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("compile", help="validate settings.toml and write accelerate.yaml, deepspeed.json, manifest.json")
+    p.add_argument("settings", type=Path, help="the settings file")
+    p.add_argument("--out", type=Path, default=None, help="output directory (default: build/ beside the settings)")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="diagnostics format")
+    p.add_argument("--quiet", "-q", action="store_true", help="print errors and warnings only")
+    _add_overrides(p)
+
+    p = sub.add_parser("import", help="turn an accelerate YAML, DeepSpeed JSON or flat config into settings.toml")
+    p.add_argument("sources", type=Path, nargs="+", help="accelerate YAML, DeepSpeed JSON, or a SimpleTuner-style JSON/TOML")
+    p.add_argument("--out", "-o", type=Path, default=Path("settings.toml"), help="settings file to write")
+    p.add_argument("--force", action="store_true", help="overwrite an existing settings file")
+
+    p = sub.add_parser("schema", help="print the settings JSON Schema, or one key's documentation")
+    p.add_argument("key", nargs="?", help="a canonical key or alias")
+
+    p = sub.add_parser("wizard", help="open the terminal wizard (the default with no command)")
+    p.add_argument("settings", type=Path, nargs="?", default=None)
+
+    p = sub.add_parser("run", help="train from a build directory or settings file on real ranks")
+    p.add_argument("target", type=Path, help="a build directory (with manifest.json) or a settings file")
+    p.add_argument("--resume", default=None, help="'latest' or a checkpoint directory")
+    p.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps")
+    _add_overrides(p)
+
+    p = sub.add_parser("checkpoint", help="checkpoint tools")
+    csub = p.add_subparsers(dest="checkpoint_command", metavar="ACTION")
+    e = csub.add_parser("export", help="export a checkpoint as a full model that from_pretrained loads")
+    e.add_argument("checkpoint", type=Path)
+    e.add_argument("--out", type=Path, required=True)
+
+    p = sub.add_parser("blocks", help="list a model's module classes and suggest FSDP wrap classes (meta device)")
+    p.add_argument("model", help="a local model directory or builtin[:NAME]")
+    p.add_argument("--family", default=None)
+    p.add_argument("--flavour", default="")
+    p.add_argument("--refresh", action="store_true", help="ignore the cache")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("estimate", help="per-GPU and per-host memory estimate for each strategy")
+    p.add_argument("settings", type=Path)
+    p.add_argument("--json", action="store_true")
+    _add_overrides(p)
+
+    p = sub.add_parser("doctor", help="report GPUs, platform, memory, disk and DeepSpeed op availability")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("settings", type=Path, nargs="?", default=None, help="check free disk at this run's paths")
+
+    p = sub.add_parser("cache", help="maintenance of tuner's caches")
+    csub = p.add_subparsers(dest="cache_command", metavar="ACTION")
+    c = csub.add_parser("clear", help="clear the block-detection cache and/or DeepSpeed offload swap directories")
+    c.add_argument("which", nargs="?", choices=("detection", "offload", "all"), default="all")
+    c.add_argument("settings", type=Path, nargs="?", default=None, help="settings whose offload path to clean")
+    return parser
+
+
+def _split_seed_flags(argv: list[str]) -> list[str]:
+    """Turn the seeds' `--fsdp_version=2` / `--fsdp_enable` flags into `--set` overrides.
+
+    Any `--name[=value]` whose name is a settings key or alias (and not one of the
+    subcommand's own options) becomes `--set name=value`, so a config saved from the
+    wizard replays on the command line unchanged.
+    """
+    from tuner.compiler.schema import index
+
+    idx = index()
+    known = set(idx.aliases) | set(idx.keys)
+    out: list[str] = []
+    for arg in argv:
+        if arg.startswith("--") and len(arg) > 2:
+            name = arg[2:].split("=", 1)[0]
+            if name in known and name not in ("resume",):
+                out += ["--set", arg[2:] if "=" in arg else f"{name}=true"]
+                continue
+        out.append(arg)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("compile", "run", "estimate"):
+        argv = _split_seed_flags(argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    command = args.command or "wizard"
+    try:
+        if command == "compile":
+            from tuner.commands.compile import run
+        elif command == "import":
+            from tuner.commands.import_ import run
+        elif command == "schema":
+            from tuner.commands.schema import run
+        elif command == "wizard":
+            from tuner.commands.wizard import run
+        elif command == "run":
+            from tuner.commands.run import run
+        elif command == "checkpoint":
+            from tuner.commands.checkpoint import run
+        elif command == "blocks":
+            from tuner.commands.blocks import run
+        elif command == "estimate":
+            from tuner.commands.estimate import run
+        elif command == "doctor":
+            from tuner.commands.doctor import run
+        elif command == "cache":
+            from tuner.commands.cache import run
+        else:  # pragma: no cover - argparse restricts the choices
+            parser.error(f"unknown command {command}")
+    except ModuleNotFoundError as exc:
+        extra = {"wizard": "tui", "run": "runtime", "checkpoint": "runtime", "blocks": "runtime",
+                 "doctor": "runtime"}.get(command)
+        if extra and exc.name and not exc.name.startswith("tuner"):
+            print(f"tuner {command}: needs the '{extra}' extra ({exc.name} is not installed): "
+                  f"pip install 'tuner[{extra}]'", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+    try:
+        return int(run(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,1 @@
+"""One module per `tuner` subcommand; each exposes `run(args) -> exit code`."""
