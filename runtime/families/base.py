@@ -1,0 +1,163 @@
+"""The interface every model family implements; the trainer relies on nothing else.
+
+A family answers the model-specific questions of a run: how to build the model (for real,
+or on the meta device for inspection), which module classes FSDP wraps as units, which
+modules stay out of sharding and optimisation (frozen text encoders, VAEs), what the data
+is, what the loss of a batch is, how validation is scored, and how a full model is written
+so that ``from_pretrained`` loads it.
+
+Life cycle in one rank of `tuner run` (the trainer's order)::
+
+    fam = get_family(settings.model.family)(ctx)
+    model = fam.build_model()                       # same seed on every rank
+    fam.prepare_model(model)                        # gradient checkpointing, LoRA, dtype
+    train_ds, val_ds = fam.build_datasets()
+    loader = DataLoader(train_ds, collate_fn=fam.collate, ...)
+    ... accelerator.prepare(model, optimizer, loader, scheduler) ...
+    loss = fam.loss(model, batch)                   # model is the prepared (wrapped) model
+    metrics = fam.evaluate(model, val_loader, accelerator)
+    fam.export(full_state_dict, out_dir)            # rank 0 only, plain CPU tensors
+
+`tuner checkpoint export` builds the family from a checkpoint's manifest and calls only
+`export`, so `export` must not need a trained model object.
+
+Rules for implementers:
+
+* Everything must work offline: nothing may download weights, tokenizers or data.
+  ``model.path`` is a local directory or ``builtin`` / ``builtin:NAME``.
+* `build_model` must be deterministic given the seeded RNG (every rank builds the same
+  initial weights; the trainer seeds before calling it).
+* `loss` receives the wrapped model (DDP, FSDP, DeepSpeed engine); call it, do not reach
+  into ``.module``. Return a scalar tensor averaged over the batch's own units (tokens,
+  pairs, images); the trainer does the averaging across ranks and accumulation steps.
+* `collate` must produce tensors only (accelerate moves them to the device).
+* `batch_units` says how many tokens (or samples) a batch holds, for throughput.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:  # torch is imported by the runtime, never by the compiler
+    import torch
+    from torch.utils.data import Dataset
+
+    from tuner.compiler.settings import Settings
+
+
+class FamilyError(Exception):
+    """A problem the user can fix (bad model path, unreadable data): printed without a traceback."""
+
+
+@dataclass
+class FamilyContext:
+    """What a family gets from the runtime."""
+
+    settings: "Settings"
+    base_dir: Path
+    """Directory that relative paths in the settings are resolved against (the settings file's)."""
+    seed: int = 42
+    rank: int = 0
+    world_size: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Free-form values a family may need from the runtime (kept for forward compatibility)."""
+
+    def resolve(self, path: str) -> Path:
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else (self.base_dir / p)
+
+
+class Family:
+    """Base class of model families. Subclasses override what their family needs."""
+
+    #: settings ``model.family`` value this class serves.
+    name: str = ""
+    #: Unit counted by `batch_units` (shown as "<unit>/s" in the progress bar).
+    unit: str = "samples"
+
+    def __init__(self, ctx: FamilyContext) -> None:
+        self.ctx = ctx
+        self.settings = ctx.settings
+
+    # -- model ----------------------------------------------------------------------
+    def build_model(self, meta: bool = False) -> "torch.nn.Module":
+        """The model to train, on CPU with real weights (``meta=False``) or on the meta device.
+
+        ``meta=True`` builds the structure only (no memory, no weights read): used by block
+        detection and the memory estimator.
+        """
+        raise NotImplementedError
+
+    def prepare_model(self, model: "torch.nn.Module") -> "torch.nn.Module":
+        """Apply training-time changes before sharding: gradient checkpointing, LoRA,
+        freezing. Returns the model to train (may be a new object, e.g. a PEFT model)."""
+        return model
+
+    def wrap_classes(self, model: "torch.nn.Module") -> list[str]:
+        """Module class names FSDP wraps as units when the settings name none
+        (default: the model's ``_no_split_modules``)."""
+        return list(getattr(model, "_no_split_modules", None) or [])
+
+    def frozen_modules(self, model: "torch.nn.Module") -> list["torch.nn.Module"]:
+        """Sub-modules kept out of sharding and optimisation (e.g. a diffusion model's VAE and
+        text encoders). They keep ``requires_grad=False`` and are not wrapped by FSDP."""
+        return []
+
+    def trainable_parameters(self, model: "torch.nn.Module") -> Iterable["torch.nn.Parameter"]:
+        """Parameters the optimizer updates (default: every parameter that requires grad)."""
+        return [p for p in model.parameters() if p.requires_grad]
+
+    # -- data -----------------------------------------------------------------------
+    def build_datasets(self) -> tuple["Dataset", "Dataset | None"]:
+        """(train, validation) map-style datasets; validation may be None. Must give the same
+        result on every rank (the trainer's sampler shards them)."""
+        raise NotImplementedError
+
+    def collate(self, samples: list[Any]) -> dict[str, "torch.Tensor"]:
+        """Turn a list of dataset items into a batch of tensors."""
+        import torch.utils.data
+
+        return torch.utils.data.default_collate(samples)
+
+    def batch_units(self, batch: dict[str, "torch.Tensor"]) -> int:
+        """How many `unit`s a batch holds (tokens for language models)."""
+        first = next(iter(batch.values()))
+        return int(first.shape[0])
+
+    # -- optimisation ---------------------------------------------------------------
+    def loss(self, model: "torch.nn.Module", batch: dict[str, "torch.Tensor"]) -> "torch.Tensor":
+        """Scalar training loss of one micro-batch."""
+        raise NotImplementedError
+
+    def evaluate(self, model: "torch.nn.Module", batches: Iterable[dict[str, "torch.Tensor"]],
+                 accelerator: Any) -> dict[str, float]:
+        """Validation metrics over this rank's share of the validation data, reduced across
+        ranks. Runs on every rank (sharded models need every rank in the forward).
+        Default: the mean of `loss`, as ``{"val_loss": ...}``."""
+        import torch
+
+        total = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
+        with torch.no_grad():
+            for batch in batches:
+                total[0] += self.loss(model, batch).detach().double()
+                total[1] += 1
+        total = accelerator.reduce(total, reduction="sum")
+        return {"val_loss": float(total[0] / total[1].clamp(min=1))}
+
+    # -- export ---------------------------------------------------------------------
+    def export(self, state_dict: dict[str, "torch.Tensor"], out_dir: Path) -> None:
+        """Write a full model (safetensors + config, and tokenizer or processor) that the
+        family's ``from_pretrained`` loads. `state_dict` is the full, gathered state of the
+        model `build_model` returns (after `prepare_model`), as CPU tensors. Rank 0 only."""
+        raise NotImplementedError
+
+    # -- EMA (optional) -------------------------------------------------------------
+    def ema_parameters(self, model: "torch.nn.Module") -> Iterable["torch.nn.Parameter"]:
+        """Parameters an EMA shadows (default: the trainable ones)."""
+        return self.trainable_parameters(model)
+
+    def describe(self) -> str:
+        """One line for the start-of-run summary."""
+        return f"{self.name} ({self.settings.model.path})"
