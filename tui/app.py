@@ -1,0 +1,306 @@
+"""The wizard application: steps in a ContentSwitcher, live validation, saving.
+
+The app takes everything from its constructor (the `WizardState` and the `Services`), so
+tests build it directly with fakes. Hardware detection imports torch, so it runs in a
+worker thread after the first paint.
+
+Keys (every action has one; none collides with the text inputs' own editing keys):
+
+| Key        | Action                                   |
+|------------|------------------------------------------|
+| F1 … F6    | go to step 1 … 6                         |
+| ctrl+n     | next step (refused while it has errors)  |
+| ctrl+p     | previous step                            |
+| ctrl+s     | save settings.toml (refused with errors) |
+| ctrl+r     | save a draft (even with errors)          |
+| ctrl+g     | save and compile (write the artefacts)   |
+| F7         | DeepSpeed builder                        |
+| F8         | block detection (wrap classes)           |
+| F9         | settings: cache maintenance              |
+| ctrl+y     | use the detected hardware values         |
+| ctrl+q     | quit (twice when there are unsaved edits)|
+| ctrl+c     | quit at once                             |
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from textual.app import App, ComposeResult
+from textual.actions import SkipAction
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, ContentSwitcher, Footer, Static
+
+from .fields import FieldRow
+from .model import STEP_IDS, STEPS, SaveRefused, WizardState, hardware_suggestions, step_of, canonical_key
+from .review import ReviewPane
+from .services import Services
+from .steps import ActionBar, StepList, StepPane
+
+
+class WizardApp(App[int]):
+    """`tuner` / `tuner wizard`: from hardware to a saved, compiling settings.toml."""
+
+    CSS_PATH = "wizard.tcss"
+    TITLE = "tuner"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        *[Binding(f"f{i + 1}", f"goto('{s.id}')", s.title, show=False, priority=True) for i, s in enumerate(STEPS)],
+        Binding("ctrl+n", "next", "Next", priority=True),
+        Binding("ctrl+p", "back", "Back", priority=True),
+        Binding("ctrl+s", "save", "Save", priority=True),
+        Binding("ctrl+r", "save_draft", "Draft", priority=True),
+        Binding("ctrl+g", "save_compile", "Save+compile", priority=True),
+        Binding("f7", "builder", "DeepSpeed", priority=True),
+        Binding("f8", "blocks", "Blocks", priority=True),
+        Binding("f9", "maintenance", "Settings", priority=True),
+        Binding("ctrl+y", "use_detected", "Use detected", show=False, priority=True),
+        Binding("ctrl+q", "quit_wizard", "Quit", priority=True),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+    ]
+
+    def __init__(self, state: WizardState, services: Services | None = None, detect_hardware: bool = True) -> None:
+        super().__init__()
+        self.state = state
+        self.services = services or Services()
+        self._detect_hardware = detect_hardware and self.services.hardware is not None
+        self._quit_armed = False
+        self.last_validation_s = 0.0
+        self.first_paint_at: float | None = None
+
+    # -- layout -----------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="topbar")
+        with Horizontal(id="body"):
+            yield StepList(id="steps")
+            with Vertical(id="main"):
+                with ContentSwitcher(initial=f"step-{STEP_IDS[self.state.step]}", id="switcher"):
+                    for step in STEPS[:-1]:
+                        yield StepPane(step.id, self.state)
+                    yield ReviewPane(self.state, self.services.estimate)
+                yield ActionBar(id="actions")
+        yield Static("", id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._refresh_chrome()
+        self.call_after_refresh(self._painted)
+
+    def _painted(self) -> None:
+        self.first_paint_at = time.perf_counter()
+        if self._detect_hardware:
+            self.run_worker(self._collect_hardware, thread=True, exclusive=True, group="hardware")
+
+    def _collect_hardware(self) -> None:
+        try:
+            facts: Any = self.services.hardware()
+        except Exception as exc:  # shown on the Hardware step, never a crash
+            facts = exc
+        self.call_from_thread(self._hardware_ready, facts)
+
+    def _hardware_ready(self, facts: Any) -> None:
+        self.state.hardware = facts
+        self.query_one("#step-hardware", StepPane).show_hardware()
+
+    # -- state -> screen --------------------------------------------------------------
+
+    def _refresh_chrome(self) -> None:
+        state = self.state
+        dirty = " [b]●[/b] unsaved" if state.dirty else ""
+        self.query_one("#topbar", Static).update(f"[b]tuner[/b] wizard · {state.path}{dirty}")
+        self.query_one("#steps", StepList).render_steps(state)
+        errors = len(state.errors)
+        warnings = sum(1 for d in state.diagnostics if d.severity == "warning")
+        strategy = state.result.plan.strategy if state.result.plan else "?"
+        self.query_one("#status", Static).update(
+            f"{strategy} · {errors} error(s) · {warnings} warning(s) · validated in {self.last_validation_s * 1000:.0f} ms")
+        self.query_one("#back", Button).disabled = state.step == 0
+        self.query_one("#next", Button).disabled = state.step == len(STEPS) - 1
+
+    def _after_edit(self, reload_values: bool = False) -> None:
+        for pane in self.query(StepPane):
+            pane.sync(reload_values)
+        if STEP_IDS[self.state.step] == "review":
+            self.query_one(ReviewPane).sync()
+        self._refresh_chrome()
+
+    def apply(self, key: str, value: Any) -> None:
+        """Set one canonical key and re-validate (the path every edit takes)."""
+        start = time.perf_counter()
+        changed = self.state.set(key, value)
+        self.last_validation_s = time.perf_counter() - start
+        if changed:
+            self._after_edit()
+
+    def on_field_row_changed(self, event: FieldRow.Changed) -> None:
+        self.apply(event.key, event.value)
+
+    def on_step_pane_strategy_changed(self, event: StepPane.StrategyChanged) -> None:
+        start = time.perf_counter()
+        if self.state.set_strategy(event.strategy):
+            self.last_validation_s = time.perf_counter() - start
+            self._after_edit()
+
+    def on_review_pane_jump(self, event: ReviewPane.Jump) -> None:
+        self.jump_to(event.key)
+
+    def jump_to(self, key: str) -> None:
+        step_id = step_of(key)
+        self._show_step(step_id)
+        canonical = canonical_key(key)
+        pane = self.query_one(f"#step-{step_id}")
+        if isinstance(pane, StepPane) and canonical:
+            row = pane.row(canonical)
+            if row is not None and row.display:
+                row.input.focus()
+                pane.scroll_to_widget(row)
+                return
+        if key:
+            self.notify(f"{key}: not a field on this step; edit it in the file or the DeepSpeed builder (F7)")
+
+    def _show_step(self, step_id: str) -> None:
+        self.state.goto(step_id)
+        self.query_one("#switcher", ContentSwitcher).current = f"step-{step_id}"
+        if step_id == "review":
+            self.query_one(ReviewPane).sync()
+        self._refresh_chrome()
+
+    # -- actions ----------------------------------------------------------------------
+
+    def _outside_modals(self) -> None:
+        """The wizard's keys belong to the main screen; in a modal they fall through to it."""
+        if isinstance(self.screen, ModalScreen):
+            raise SkipAction()
+
+    def action_goto(self, step_id: str) -> None:
+        self._outside_modals()
+        self._show_step(step_id)
+        self._focus_first()
+
+    def _focus_first(self) -> None:
+        pane = self.query_one("#switcher", ContentSwitcher).visible_content
+        if pane is None:
+            return
+        for widget in pane.query("Input, Select, Switch, OptionList"):
+            if widget.focusable and _shown_within(widget, pane):
+                widget.focus()
+                return
+
+    def action_next(self) -> None:
+        self._outside_modals()
+        ok, why = self.state.advance()
+        if not ok:
+            self.notify(why, severity="warning")
+            return
+        self._show_step(STEP_IDS[self.state.step])
+        self._focus_first()
+
+    def action_back(self) -> None:
+        self._outside_modals()
+        if self.state.back():
+            self._show_step(STEP_IDS[self.state.step])
+            self._focus_first()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        actions = {"next": self.action_next, "back": self.action_back, "save": self.action_save,
+                   "open-builder": self.action_builder, "open-blocks": self.action_blocks,
+                   "hw-apply": self.action_use_detected}
+        handler = actions.get(event.button.id or "")
+        if handler is not None:
+            event.stop()
+            handler()
+
+    def _saved(self, what: str) -> None:
+        self._refresh_chrome()
+        self.query_one("#status", Static).update(what)
+        self.notify(what, title="Saved")
+
+    def action_save(self) -> None:
+        self._outside_modals()
+        try:
+            path = self.state.save()
+        except SaveRefused as exc:
+            self.notify(f"Not saved: {exc}", severity="error")
+            return
+        except OSError as exc:
+            self.notify(f"Not saved: {exc}", severity="error")
+            return
+        self._saved(f"saved {path}")
+
+    def action_save_draft(self) -> None:
+        self._outside_modals()
+        try:
+            path = self.state.save(draft=True)
+        except OSError as exc:
+            self.notify(f"Not saved: {exc}", severity="error")
+            return
+        self._saved(f"saved draft {path}" + (f" ({len(self.state.errors)} error(s))" if self.state.errors else ""))
+
+    def action_save_compile(self) -> None:
+        self._outside_modals()
+        try:
+            out = self.state.save_and_compile()
+        except (SaveRefused, OSError) as exc:
+            self.notify(f"Not saved: {exc}", severity="error")
+            return
+        self._saved(f"saved {self.state.path} and compiled -> {out}/")
+
+    def action_builder(self) -> None:
+        self._outside_modals()
+        from .builder import DeepSpeedBuilder
+
+        def done(changed: bool | None) -> None:
+            self._after_edit(reload_values=True)
+
+        self.push_screen(DeepSpeedBuilder(self.state, self.services.templates), done)
+
+    def action_blocks(self) -> None:
+        self._outside_modals()
+        from .blocks import BlocksModal
+
+        def done(classes: list[str] | None) -> None:
+            if classes is not None:
+                self.apply("fsdp.transformer_layer_cls_to_wrap", classes)
+                self._after_edit(reload_values=True)
+
+        self.push_screen(BlocksModal(self.state, self.services.blocks), done)
+
+    def action_maintenance(self) -> None:
+        self._outside_modals()
+        from .maintenance import MaintenanceScreen
+
+        self.push_screen(MaintenanceScreen(self.state, self.services))
+
+    def action_use_detected(self) -> None:
+        self._outside_modals()
+        edits = hardware_suggestions(self.state.hardware)
+        if not edits:
+            self.notify("No detected hardware to use (yet).", severity="warning")
+            return
+        start = time.perf_counter()
+        self.state.set_many(edits)
+        self.last_validation_s = time.perf_counter() - start
+        self._after_edit(reload_values=True)
+        self.notify(", ".join(f"{k} = {v}" for k, v in edits.items()), title="Detected values applied")
+
+    def action_quit_wizard(self) -> None:
+        if self.state.dirty and not self._quit_armed:
+            self._quit_armed = True
+            self.notify("Unsaved changes: ctrl+s saves; press ctrl+q again to quit without saving.",
+                        severity="warning")
+            return
+        self.exit(0)
+
+
+def _shown_within(widget, container) -> bool:
+    """True when neither `widget` nor any parent up to `container` has display: none."""
+    node = widget
+    while node is not None and node is not container:
+        if not node.display:
+            return False
+        node = node.parent
+    return True

@@ -1,0 +1,108 @@
+"""One settings field: label, input, help and diagnostics, all taken from the schema.
+
+The input kind follows the key's JSON-Schema property: an ``enum`` is a `Select` of exactly
+its values, a boolean a `Switch`, anything else an `Input` (lists comma-separated). The
+row sends `FieldRow.Changed` with the typed value; the screen writes it to the document.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.widgets import Input, Label, Select, Static, Switch
+
+from tuner.compiler.diagnostics import Diagnostic
+
+from .model import key_info, label, parse_input, render_value
+
+
+def dom_id(key: str) -> str:
+    """A widget id for a canonical key (ids may not contain dots)."""
+    return key.replace(".", "--")
+
+
+class FieldRow(Vertical):
+    """A schema key as a form row."""
+
+    class Changed(Message):
+        """The person changed the value of `key`."""
+
+        def __init__(self, row: "FieldRow", key: str, value: Any) -> None:
+            super().__init__()
+            self.row = row
+            self.key = key
+            self.value = value
+
+    def __init__(self, key: str, value: Any, *, extra: Any = None) -> None:
+        super().__init__(id=f"row-{dom_id(key)}", classes="field-row")
+        self.key = key
+        self.info = key_info(key)
+        self._initial = value
+        self._extra = extra
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(classes="field-line"):
+            yield Label(label(self.key), classes="field-label")
+            yield self._make_input(self._initial)
+            if self._extra is not None:
+                yield self._extra
+        yield Static(f"{self.key}: {self.info.description}", classes="field-help", markup=False)
+        yield Static("", classes="field-diags")
+
+    def _make_input(self, value: Any):
+        wid = f"in-{dom_id(self.key)}"
+        if self.info.enum:
+            options = [(render_value(v), v) for v in self.info.enum]
+            initial = value if value in self.info.enum else Select.NULL
+            return Select(options, value=initial, allow_blank=initial is Select.NULL, id=wid, classes="field-input",
+                          compact=True)
+        if self.info.prop.get("type") == "boolean":
+            return Switch(value=bool(value), id=wid, classes="field-input")
+        placeholder = "comma-separated" if self.info.prop.get("type") == "array" else render_value(self.info.default)
+        return Input(render_value(value), placeholder=placeholder, id=wid, classes="field-input", compact=True)
+
+    @property
+    def input(self):
+        return self.query_one(f"#in-{dom_id(self.key)}")
+
+    def load(self, value: Any) -> None:
+        """Show `value` without sending Changed (it came from the document, not the person)."""
+        widget = self.input
+        with self.prevent(Input.Changed, Select.Changed, Switch.Changed):
+            if isinstance(widget, Select):
+                if value in (self.info.enum or []):
+                    widget.value = value
+            elif isinstance(widget, Switch):
+                widget.value = bool(value)
+            elif parse_input(self.key, widget.value) != value:
+                widget.value = render_value(value)
+
+    def show_diagnostics(self, diags: list[Diagnostic]) -> None:
+        box = self.query_one(".field-diags", Static)
+        lines = []
+        for d in diags:
+            lines.append(f"{d.severity}: {d.message}" + (f" — {d.fix}" if d.fix else ""))
+        box.update("\n".join(lines))
+        box.display = bool(lines)
+        self.set_class(any(d.severity == "error" for d in diags), "has-error")
+        self.set_class(any(d.severity == "warning" for d in diags), "has-warning")
+        box.set_class(any(d.severity == "error" for d in diags), "error")
+
+    def _emit(self, value: Any) -> None:
+        self.post_message(self.Changed(self, self.key, value))
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self._emit(parse_input(self.key, event.value))
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        event.stop()
+        if event.value is not Select.NULL:
+            self._emit(event.value)
+
+    def on_switch_changed(self, event: Switch.Changed) -> None:
+        event.stop()
+        self._emit(event.value)

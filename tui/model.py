@@ -1,0 +1,450 @@
+"""The wizard's model: steps, which fields each shows, the rules for moving on, validation.
+
+Plain Python, no Textual import (tests exercise it directly; the widgets only render it).
+Everything the wizard says about validity comes from the compiler: every edit writes the
+tomlkit document and re-runs `compile_text` on its text, exactly as `tuner compile` would
+read the saved file.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from tuner.compiler import CompileResult, compile_text
+from tuner.compiler.diagnostics import Diagnostic, Diagnostics
+from tuner.compiler.normalise import normalise
+from tuner.compiler.schema import KeyInfo, index
+
+from .document import SettingsDocument
+
+#: What a new settings file starts with: FSDP2 is the default for full-model runs (the
+#: seed's WebUI default). Written explicitly, so the file says what the compiler will do.
+NEW_FILE = """\
+# Written by the tuner wizard. `tuner compile settings.toml` turns it into accelerate.yaml,
+# deepspeed.json (when DeepSpeed is on) and manifest.json.
+[model]
+family = "causal_lm"
+path = "builtin:tiny-llama"
+type = "full"
+
+[hardware]
+num_processes = 1
+
+[fsdp]
+enabled = true
+"""
+
+#: The composite "strategy" choice on the Sharding step, mapped onto schema keys.
+STRATEGIES: dict[str, str] = {
+    "ddp": "DDP (every rank holds the whole model)",
+    "fsdp2": "FSDP2 (default for full-model runs)",
+    "fsdp1": "FSDP v1 (deprecated)",
+    "deepspeed": "DeepSpeed ZeRO",
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    id: str
+    title: str
+    keys: tuple[str, ...]
+
+
+STEPS: tuple[Step, ...] = (
+    Step("model", "Model", (
+        "model.family", "model.flavour", "model.path", "model.type",
+        "model.lora_rank", "model.lora_alpha", "model.lora_dropout", "model.lora_target_modules",
+        "model.pooling", "model.mrl_dims", "model.temperature",
+        "data.path", "data.seq_len", "data.resolution", "output.dir",
+    )),
+    Step("hardware", "Hardware", (
+        "hardware.platform", "hardware.num_processes", "hardware.num_machines", "hardware.machine_rank",
+        "hardware.main_process_ip", "hardware.main_process_port", "hardware.rdzv_backend",
+        "hardware.same_network", "hardware.gpu_memory_gib", "hardware.host_memory_gib",
+    )),
+    Step("sharding", "Sharding", (
+        "fsdp.reshard_after_forward", "fsdp.offload_params", "fsdp.auto_wrap_policy",
+        "fsdp.transformer_layer_cls_to_wrap", "fsdp.min_num_params", "fsdp.sharding_strategy",
+        "fsdp.activation_checkpointing",
+        "deepspeed.zero_stage", "deepspeed.offload_optimizer", "deepspeed.offload_param", "deepspeed.nvme_path",
+        "context_parallel.size", "context_parallel.comm_strategy",
+    )),
+    Step("checkpoints", "Checkpoints", (
+        "checkpoint.state_dict_type", "checkpoint.every_steps", "checkpoint.keep_last",
+        "fsdp.cpu_ram_efficient_loading", "checkpoint.resume", "checkpoint.export",
+    )),
+    Step("precision", "Precision and batch", (
+        "training.mixed_precision", "training.micro_batch_size", "training.gradient_accumulation_steps",
+        "training.learning_rate", "training.max_steps", "training.warmup_steps", "training.optimizer",
+        "training.lr_scheduler", "training.gradient_checkpointing",
+    )),
+    Step("review", "Review", ()),
+)
+STEP_IDS = tuple(s.id for s in STEPS)
+
+#: Keys the DeepSpeed builder screen edits.
+BUILDER_KEYS: tuple[str, ...] = (
+    "deepspeed.zero_stage", "deepspeed.offload_optimizer", "deepspeed.offload_param", "deepspeed.nvme_path",
+    "deepspeed.optimizer", "deepspeed.scheduler", "training.gradient_accumulation_steps",
+    "deepspeed.gradient_clipping", "deepspeed.pin_memory", "deepspeed.zero3_init",
+)
+
+_SECTION_STEP = {"model": "model", "data": "model", "output": "model", "hardware": "hardware",
+                 "fsdp": "sharding", "deepspeed": "sharding", "context_parallel": "sharding",
+                 "checkpoint": "checkpoints", "training": "precision", "accelerate": "review"}
+
+
+def step_of(key: str) -> str:
+    """The step that shows a diagnostic's key (Review for file-level problems)."""
+    for step in STEPS:
+        for k in step.keys:
+            if key == k or key.startswith(k + "."):
+                return step.id
+    canonical = canonical_key(key)
+    if canonical and canonical != key:
+        return step_of(canonical)
+    return _SECTION_STEP.get(key.split(".", 1)[0], "review") if key else "review"
+
+
+def canonical_key(key: str) -> str | None:
+    """A diagnostic key (canonical, alias, or section.alias) -> canonical key."""
+    idx = index()
+    if key in idx.keys:
+        return key
+    if key in idx.aliases:
+        return idx.aliases[key]
+    section, _, name = key.partition(".")
+    if name in idx.aliases and idx.aliases[name].startswith(section + "."):
+        return idx.aliases[name]
+    parts = key.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:i])
+        if prefix in idx.keys:
+            return prefix
+    return None
+
+
+def label(key: str) -> str:
+    """A field label from the schema key's name: ``reshard_after_forward`` -> ``Reshard after forward``.
+
+    Names that several sections share (``path``, ``dir``, ``size``) get their section in front."""
+    info = index().keys[key]
+    name = info.name
+    shared = sum(1 for k in index().keys.values() if k.name == name) > 1
+    if shared or len(name) <= 4:
+        name = f"{info.section}_{name}"
+    text = name.replace("_", " ")
+    text = re.sub(r"\b(gib|ip|cpu|gpu|lora|mrl|lr|nvme|ram|ema)\b", lambda m: m.group(1).upper(), text)
+    text = text.replace("GIB", "GiB").replace("LORA", "LoRA").replace("NVME", "NVMe").replace(" cls ", " classes ")
+    return text[:1].upper() + text[1:]
+
+
+def key_info(key: str) -> KeyInfo:
+    return index().keys[key]
+
+
+def render_value(value: Any) -> str:
+    """A value as it goes into a text field (lists comma-separated)."""
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def parse_input(key: str, text: str) -> Any:
+    """Text from a field -> a TOML value. What does not parse stays a string, so the
+    compiler reports it (``must be an integer (got "abc")``) instead of the wizard."""
+    types = key_info(key).prop.get("type")
+    types = types if isinstance(types, list) else [types]
+    text = text.strip()
+    if "array" in types:
+        items = [p.strip() for p in text.split(",") if p.strip()]
+        if key_info(key).prop.get("items", {}).get("type") == "integer":
+            return [int(i) if re.fullmatch(r"[+-]?\d+", i) else i for i in items]
+        return items
+    if "integer" in types and re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    if "number" in types:
+        try:
+            value = float(text)
+        except ValueError:
+            return text
+        return int(value) if re.fullmatch(r"[+-]?\d+", text) else value
+    return text
+
+
+class WizardState:
+    """The document being edited, its last compile, and where the person is."""
+
+    def __init__(self, path: Path, text: str | None = None, hardware: Any = None) -> None:
+        self.path = Path(path).absolute()
+        self.existed = text is not None
+        self.document = SettingsDocument(text if text is not None else NEW_FILE)
+        self.step = 0
+        self.hardware = hardware
+        """HardwareFacts from tuner doctor once detected (None until then)."""
+        self.values: dict[str, Any] = {}
+        self.result: CompileResult = compile_text("")
+        self.saved_text = text
+        self.validate()
+
+    @classmethod
+    def open(cls, path: Path) -> "WizardState":
+        path = Path(path)
+        text = path.read_text(encoding="utf-8") if path.exists() else None
+        return cls(path, text)
+
+    # -- validation -------------------------------------------------------------------
+
+    def validate(self) -> CompileResult:
+        """Re-run the compiler on the in-memory text (what saving would write)."""
+        text = self.document.text()
+        self.result = compile_text(text, path=self.path)
+        self.values = self._normalised(text)
+        return self.result
+
+    def _normalised(self, text: str) -> dict[str, Any]:
+        idx = index()
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            data = {}
+        n = normalise(data, Diagnostics(), (), self.path.parent)
+        return {k: n.settings[info.section][info.name] for k, info in idx.keys.items()}
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        return self.result.diagnostics.items
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+    def diagnostics_for(self, key: str) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.key and canonical_key(d.key) == key]
+
+    def step_errors(self, step_id: str) -> list[Diagnostic]:
+        return [d for d in self.errors if step_of(d.key) == step_id]
+
+    @property
+    def dirty(self) -> bool:
+        return self.document.text() != (self.saved_text if self.saved_text is not None else "")
+
+    # -- values -----------------------------------------------------------------------
+
+    def value(self, key: str) -> Any:
+        return self.values[key]
+
+    def set(self, key: str, value: Any) -> bool:
+        """Set canonical `key`; returns False (and writes nothing) when nothing changes."""
+        unchanged = value == self.values.get(key) and type(value) is type(self.values.get(key))
+        if unchanged and (self.document.is_written(key) or value == key_info(key).default):
+            return False
+        self.document.set(key, value)
+        self.validate()
+        return True
+
+    def set_many(self, values: dict[str, Any]) -> bool:
+        changed = False
+        for key, value in values.items():
+            changed |= self.set(key, value)
+        return changed
+
+    @property
+    def strategy(self) -> str:
+        if self.values["deepspeed.enabled"] or self.values["deepspeed.config"]:
+            return "deepspeed"
+        if self.values["fsdp.enabled"]:
+            return "fsdp1" if self.values["fsdp.version"] == 1 else "fsdp2"
+        return "ddp"
+
+    def set_strategy(self, name: str) -> bool:
+        if name == self.strategy:
+            return False
+        edits: dict[str, Any] = {}
+        if name in ("fsdp2", "fsdp1"):
+            edits = {"deepspeed.enabled": False, "fsdp.enabled": True, "fsdp.version": 2 if name == "fsdp2" else 1}
+        elif name == "deepspeed":
+            edits = {"fsdp.enabled": False, "deepspeed.enabled": True}
+        else:
+            edits = {"fsdp.enabled": False, "deepspeed.enabled": False}
+        for key, value in edits.items():
+            if value == key_info(key).default and not self.document.is_written(key):
+                continue  # the default already; keep the file as small as it was
+            self.document.set(key, value)
+        self.validate()
+        return True
+
+    @property
+    def platform(self) -> str:
+        """The target platform as the compiler resolved it (auto -> this machine)."""
+        if self.result.plan is not None:
+            return self.result.plan.platform
+        return str(self.values.get("hardware.platform", "auto"))
+
+    @property
+    def global_batch(self) -> tuple[int, str]:
+        v = self.values
+        plan = self.result.plan
+        dp = plan.data_parallel_size if plan else v["hardware.num_processes"]
+        total = plan.global_batch_size if plan else v["training.micro_batch_size"] * v["training.gradient_accumulation_steps"] * dp
+        formula = (f"{v['training.micro_batch_size']} micro × {v['training.gradient_accumulation_steps']} accumulation"
+                   f" × {dp} data-parallel ranks")
+        return total, formula
+
+    # -- which fields show ------------------------------------------------------------
+
+    def visible(self, key: str) -> bool:
+        v = self.values
+        written = self.document.is_written(key)
+        strategy = self.strategy
+        if key.startswith("model.lora_"):
+            return v["model.type"] == "lora" or written
+        if key in ("model.pooling", "model.mrl_dims", "model.temperature"):
+            return v["model.family"] == "embedding" or written
+        if key == "data.seq_len":
+            return v["model.family"] != "diffusion" or written
+        if key == "data.resolution":
+            return v["model.family"] == "diffusion" or written
+        if key in ("hardware.machine_rank", "hardware.main_process_ip", "hardware.main_process_port",
+                   "hardware.rdzv_backend", "hardware.same_network"):
+            return v["hardware.num_machines"] > 1 or written
+        if key.startswith("fsdp.") and key != "fsdp.cpu_ram_efficient_loading":
+            if strategy not in ("fsdp1", "fsdp2"):
+                return False
+            if key == "fsdp.sharding_strategy":
+                return strategy == "fsdp1"
+            if key == "fsdp.min_num_params":
+                return v["fsdp.auto_wrap_policy"] == "size"
+            if key == "fsdp.transformer_layer_cls_to_wrap":
+                return v["fsdp.auto_wrap_policy"] == "transformer" or bool(v[key])
+            return True
+        if key == "fsdp.cpu_ram_efficient_loading":
+            return strategy in ("fsdp1", "fsdp2")
+        if key.startswith("deepspeed."):
+            if strategy != "deepspeed":
+                return False
+            if key == "deepspeed.nvme_path":
+                return "nvme" in (v["deepspeed.offload_param"], v["deepspeed.offload_optimizer"]) or written
+            return True
+        if key.startswith("context_parallel."):
+            # The seed's UI shows context parallelism on CUDA hosts only.
+            return (self.platform == "cuda" and strategy == "fsdp2") or written
+        if key == "training.optimizer":
+            return strategy != "deepspeed"
+        return True
+
+    def visible_keys(self, step_id: str) -> list[str]:
+        step = STEPS[STEP_IDS.index(step_id)]
+        return [k for k in step.keys if self.visible(k)]
+
+    # -- moving on --------------------------------------------------------------------
+
+    def can_advance(self) -> tuple[bool, str]:
+        """Next is refused while the current step has errors (Review shows every one)."""
+        step_id = STEP_IDS[self.step]
+        if self.step >= len(STEPS) - 1:
+            return False, "this is the last step: save with ctrl+s"
+        errs = self.step_errors(step_id)
+        if errs:
+            first = errs[0]
+            return False, f"{len(errs)} error(s) on this step: [{first.key}] {first.message}"
+        return True, ""
+
+    def advance(self) -> tuple[bool, str]:
+        ok, why = self.can_advance()
+        if ok:
+            self.step += 1
+        return ok, why
+
+    def back(self) -> bool:
+        if self.step == 0:
+            return False
+        self.step -= 1
+        return True
+
+    def goto(self, step_id: str) -> None:
+        self.step = STEP_IDS.index(step_id)
+
+    # -- saving -----------------------------------------------------------------------
+
+    def save(self, draft: bool = False) -> Path:
+        """Write settings.toml; refused with errors unless it is a draft."""
+        if self.errors and not draft:
+            raise SaveRefused(f"{len(self.errors)} error(s): fix them or save a draft")
+        self.document.save(self.path)
+        self.saved_text = self.document.text()
+        self.existed = True
+        return self.path
+
+    def save_and_compile(self) -> Path:
+        """Save, then write the artefacts exactly as `tuner compile` would."""
+        self.save()
+        result = compile_text(self.document.text(), path=self.path)
+        if not result.ok:
+            raise SaveRefused("the saved settings did not compile")
+        return result.write()
+
+
+class SaveRefused(Exception):
+    """Saving was refused; the message says why."""
+
+
+def describe_hardware(facts: Any) -> list[str]:
+    """Lines describing detected hardware (tuner doctor's HardwareFacts), read defensively
+    so that a fake in tests or a newer HardwareFacts both render."""
+    if facts is None:
+        return ["detecting…"]
+    if isinstance(facts, Exception):
+        unavailable = type(facts).__name__ == "ServiceUnavailable"
+        return [f"{'unavailable' if unavailable else 'detection failed'}: {facts}"]
+    if hasattr(facts, "to_dict"):
+        data = facts.to_dict()
+    elif isinstance(facts, dict):
+        data = facts
+    else:
+        data = {k: getattr(facts, k) for k in dir(facts) if not k.startswith("_") and not callable(getattr(facts, k))}
+    lines = []
+    platform = data.get("platform")
+    if platform:
+        lines.append(f"Platform: {platform}")
+    gpus = data.get("gpus") or []
+    lines.append(f"GPUs: {len(gpus)}")
+    for i, gpu in enumerate(gpus):
+        g = gpu if isinstance(gpu, dict) else getattr(gpu, "__dict__", {})
+        name = g.get("name", "GPU")
+        mem = g.get("memory_gib") or (g.get("memory_bytes") or g.get("total_memory") or 0) / 1024**3
+        extra = f", compute {g['capability']}" if g.get("capability") else ""
+        extra += ", bf16" if g.get("bf16") else ""
+        lines.append(f"  {i}: {name}, {mem:.1f} GiB{extra}")
+    host = data.get("host_memory_gib") or (data.get("host_memory_bytes") or 0) / 1024**3
+    if host:
+        lines.append(f"Host RAM: {host:.1f} GiB")
+    for k in ("cpu_count", "torch_version", "cuda_version"):
+        if data.get(k):
+            lines.append(f"{k.replace('_', ' ').capitalize()}: {data[k]}")
+    return lines
+
+
+def hardware_suggestions(facts: Any) -> dict[str, Any]:
+    """Settings the detected hardware suggests (applied only when the person asks)."""
+    if facts is None or isinstance(facts, Exception):
+        return {}
+    data = facts.to_dict() if hasattr(facts, "to_dict") else (facts if isinstance(facts, dict) else vars(facts))
+    out: dict[str, Any] = {}
+    if data.get("platform") in ("cuda", "rocm", "mps", "cpu"):
+        out["hardware.platform"] = data["platform"]
+    gpus = data.get("gpus") or []
+    if gpus:
+        out["hardware.num_processes"] = len(gpus)
+    return out
+
+
+Provider = Callable[[], Any]

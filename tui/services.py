@@ -1,0 +1,111 @@
+"""The services the wizard uses, injected into the app so that tests replace them.
+
+Each default loads its module lazily, inside the call, because hardware detection and
+block detection import torch: the wizard must paint first and never import torch to start.
+A service whose module does not exist (yet) raises `ServiceUnavailable` with a sentence the
+wizard shows as it is; nothing is ever faked.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+
+class ServiceUnavailable(Exception):
+    """The service's module is not installed or not written yet."""
+
+
+def _load(module: str, attr: str, what: str) -> Callable[..., Any]:
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and (exc.name == module or module.startswith(exc.name + ".")):
+            raise ServiceUnavailable(f"{what} is not available in this tuner ({module} is missing)") from None
+        raise ServiceUnavailable(f"{what} needs {exc.name}, which is not installed") from None
+    fn = getattr(mod, attr, None)
+    if fn is None:
+        raise ServiceUnavailable(f"{what} is not available ({module}.{attr} is missing)")
+    return fn
+
+
+def detect_hardware() -> Any:
+    """HardwareFacts from `tuner doctor` (imports torch: call it in a worker thread)."""
+    return _load("tuner.runtime.doctor", "collect", "Hardware detection")()
+
+
+def detect_blocks(model: str, family: str | None, flavour: str, refresh: bool) -> dict[str, Any]:
+    """Block detection as a plain dict (imports torch: call it in a worker thread)."""
+    detect = _load("tuner.runtime.blocks", "detect", "Block detection")
+    result = detect(model, family=family, flavour=flavour, refresh=refresh)
+    return result.to_dict() if hasattr(result, "to_dict") else dict(result)
+
+
+def clear_detection_cache() -> Any:
+    return _load("tuner.compiler.block_cache", "clear", "The block-detection cache")()
+
+
+def clear_offload_cache(path: str) -> Any:
+    return _load("tuner.runtime.maintenance", "clear_offload_cache", "DeepSpeed offload cache maintenance")(path)
+
+
+def estimate_table(settings_text: str, settings_path: Path) -> str | None:
+    """The memory estimator's per-GPU table for these settings, or None when the estimator
+    does not exist yet. Pure Python (no torch), so it runs on every Review refresh."""
+    try:
+        mod = importlib.import_module("tuner.compiler.estimate")
+    except ModuleNotFoundError:
+        return None
+    for name in ("render_for_text", "table_for_text"):
+        fn = getattr(mod, name, None)
+        if fn is not None:
+            return str(fn(settings_text, settings_path))
+    return None
+
+
+def config_dir() -> Path:
+    """tuner's per-user config directory (TUNER_CONFIG_DIR overrides it)."""
+    forced = os.environ.get("TUNER_CONFIG_DIR")
+    if forced:
+        return Path(forced)
+    import platformdirs
+    return Path(platformdirs.user_config_dir("tuner"))
+
+
+@dataclass
+class Templates:
+    """DeepSpeed builder templates: one JSON file per template in the config directory."""
+
+    directory: Path
+
+    def names(self) -> list[str]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(p.stem for p in self.directory.glob("*.json"))
+
+    def save(self, name: str, values: dict[str, Any]) -> Path:
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name.strip()).strip("-.") or "template"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"{safe}.json"
+        path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        return path
+
+    def load(self, name: str) -> dict[str, Any]:
+        return json.loads((self.directory / f"{name}.json").read_text(encoding="utf-8"))
+
+
+@dataclass
+class Services:
+    """Everything outside the settings file the wizard talks to."""
+
+    hardware: Callable[[], Any] | None = detect_hardware
+    blocks: Callable[[str, str | None, str, bool], dict[str, Any]] = detect_blocks
+    clear_detection_cache: Callable[[], Any] = clear_detection_cache
+    clear_offload_cache: Callable[[str], Any] = clear_offload_cache
+    estimate: Callable[[str, Path], str | None] = estimate_table
+    templates: Templates = field(default_factory=lambda: Templates(config_dir() / "deepspeed_templates"))

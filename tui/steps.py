@@ -1,0 +1,124 @@
+"""The wizard's step panes: one scrollable form per step, all kept mounted.
+
+A pane renders `WizardState`: which rows are visible, their values and diagnostics. It
+never decides anything itself; `StepPane.sync` is called after every validation.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.widgets import Button, Label, Select, Static
+
+from .fields import FieldRow, dom_id
+from .model import STEPS, STRATEGIES, STEP_IDS, WizardState, describe_hardware
+
+_INTRO = {
+    "model": "What is trained: the model family, where its weights come from, full or LoRA.",
+    "hardware": "Where it runs. Detected facts are shown; the settings say what the run targets.",
+    "sharding": "How the model is spread over the ranks.",
+    "checkpoints": "Saving, resuming and exporting.",
+    "precision": "Mixed precision and the batch arithmetic.",
+}
+
+
+class StepPane(VerticalScroll):
+    """The form of one step."""
+
+    class StrategyChanged(Message):
+        def __init__(self, strategy: str) -> None:
+            super().__init__()
+            self.strategy = strategy
+
+    def __init__(self, step_id: str, state: WizardState) -> None:
+        super().__init__(id=f"step-{step_id}", classes="step-pane")
+        self.step_id = step_id
+        self.state = state
+        self.step = STEPS[STEP_IDS.index(step_id)]
+
+    def compose(self) -> ComposeResult:
+        n = STEP_IDS.index(self.step_id) + 1
+        yield Label(f"{n}. {self.step.title}", classes="step-title")
+        yield Static(_INTRO.get(self.step_id, ""), classes="step-intro")
+        if self.step_id == "hardware":
+            yield Static("Detected: detecting…", id="hw-facts", classes="panel", markup=False)
+            yield Button("Use detected values (ctrl+y)", id="hw-apply", classes="inline-button", compact=True)
+        if self.step_id == "sharding":
+            yield Label("Strategy", classes="field-label")
+            yield Select([(text, key) for key, text in STRATEGIES.items()], value=self.state.strategy,
+                         allow_blank=False, id="in-strategy", compact=True)
+            yield Static("", id="strategy-diags", classes="field-diags")
+            yield Button("DeepSpeed builder… (F7)", id="open-builder", classes="inline-button", compact=True)
+        for key in self.step.keys:
+            extra = None
+            if key == "fsdp.transformer_layer_cls_to_wrap":
+                extra = Button("Detect blocks (F8)", id="open-blocks", classes="inline-button", compact=True)
+            yield FieldRow(key, self.state.value(key), extra=extra)
+        if self.step_id == "precision":
+            yield Static("", id="global-batch", classes="panel")
+
+    def on_mount(self) -> None:
+        self.sync()
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        if event.select.id == "in-strategy":
+            event.stop()
+            self.post_message(self.StrategyChanged(str(event.value)))
+
+    def row(self, key: str) -> FieldRow | None:
+        hits = self.query(f"#row-{dom_id(key)}")
+        return hits.first() if hits else None  # type: ignore[return-value]
+
+    def sync(self, reload_values: bool = False) -> None:
+        """Show the state: visibility, diagnostics, and (when asked) values."""
+        state = self.state
+        for row in self.query(FieldRow):
+            row.display = state.visible(row.key)
+            if reload_values:
+                row.load(state.value(row.key))
+            row.show_diagnostics(state.diagnostics_for(row.key))
+        if self.step_id == "sharding":
+            select = self.query_one("#in-strategy", Select)
+            if select.value != state.strategy:
+                with self.prevent(Select.Changed):
+                    select.value = state.strategy
+            diags = [d for d in state.diagnostics_for("fsdp.enabled") + state.diagnostics_for("deepspeed.enabled")]
+            box = self.query_one("#strategy-diags", Static)
+            box.update("\n".join(f"{d.severity}: {d.message}" for d in diags))
+            box.display = bool(diags)
+            box.set_class(any(d.severity == "error" for d in diags), "error")
+            self.query_one("#open-builder").display = state.strategy == "deepspeed"
+        if self.step_id == "precision":
+            total, formula = state.global_batch
+            self.query_one("#global-batch", Static).update(f"Global batch: {total}  ({formula})")
+        if self.step_id == "hardware":
+            self.show_hardware()
+
+    def show_hardware(self) -> None:
+        lines = describe_hardware(self.state.hardware)
+        self.query_one("#hw-facts", Static).update("Detected: " + "\n".join(lines))
+        self.query_one("#hw-apply").display = self.state.hardware is not None and not isinstance(
+            self.state.hardware, Exception)
+
+
+class StepList(Static):
+    """The left column: the steps, the current one marked, error counts per step."""
+
+    def render_steps(self, state: WizardState) -> None:
+        lines = []
+        for i, step in enumerate(STEPS):
+            errs = len(state.step_errors(step.id)) if step.id != "review" else len(state.errors)
+            mark = "▶" if i == state.step else " "
+            badge = f" ✗{errs}" if errs else ""
+            lines.append(f"{mark} F{i + 1} {step.title}{badge}")
+        self.update("\n".join(lines))
+
+
+class ActionBar(Horizontal):
+    """Back / Next buttons under the form (the same as ctrl+p / ctrl+n)."""
+
+    def compose(self) -> ComposeResult:
+        yield Button("◀ Back (ctrl+p)", id="back", compact=True)
+        yield Button("Next (ctrl+n) ▶", id="next", variant="primary", compact=True)
+        yield Button("Save (ctrl+s)", id="save", compact=True)
