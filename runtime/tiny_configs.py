@@ -1,0 +1,150 @@
+"""Built-in tiny model configurations: plain dicts, no torch at import time.
+
+`model.path = "builtin"` (or ``"builtin:NAME"``) trains or inspects one of these instead of
+a local checkpoint, so every strategy can be tried on a CPU machine in seconds and tests
+never download weights. The compiler reads this module too (parameter counts and class
+names for its checks), which is why nothing here imports torch, transformers or diffusers;
+`tuner.runtime.blocks.build_model` turns an entry into a real (or meta-device) model.
+
+Each entry says which library builds it and how:
+
+* ``library``: ``"transformers"`` (``auto_class`` from ``config``, a ``model_type`` config
+  dict) or ``"diffusers"`` (``class_name`` with ``from_config``);
+* ``family`` / ``flavour``: the settings' ``model.family`` / ``model.flavour`` it serves;
+* ``parameters``: the exact parameter count and ``suggested_wrap`` the classes block
+  detection suggests (both checked against a real meta-device build by
+  ``tests/services/test_blocks.py``), so the compiler knows them without torch.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+#: ``builtin`` without a name picks by family (and flavour for diffusion).
+DEFAULT_BY_FAMILY = {"causal_lm": "tiny-llama", "embedding": "tiny-bert", "diffusion": "tiny-unet"}
+DEFAULT_BY_DIFFUSION_FLAVOUR = {"unet": "tiny-unet", "transformer": "tiny-dit", "dit": "tiny-dit"}
+
+
+def _llama(parameters: int, **shape: Any) -> dict[str, Any]:
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 512,
+              "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+              "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0, **shape}
+    return {"library": "transformers", "family": "causal_lm", "flavour": "llama",
+            "auto_class": "AutoModelForCausalLM", "class_name": "LlamaForCausalLM",
+            "config": config, "parameters": parameters, "suggested_wrap": ["LlamaDecoderLayer"]}
+
+
+TINY_CONFIGS: dict[str, dict[str, Any]] = {
+    # The causal LM family builds these (tuner.runtime.families.causal_lm): same shapes, the
+    # bundled byte-level BPE tokenizer's 512 tokens, untied embeddings.
+    "tiny-llama": _llama(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=4, parameters=147_776),
+    "micro-llama": _llama(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                          num_key_value_heads=2, parameters=53_408),
+    "small-llama": _llama(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=8,
+                          num_key_value_heads=8, parameters=3_672_320),
+    # The embedding family's tiny BERT: two layers, 32 wide, a character-level vocabulary.
+    "tiny-bert": {
+        "library": "transformers",
+        "family": "embedding",
+        "flavour": "bert",
+        "auto_class": "AutoModel",
+        "class_name": "BertModel",
+        "config": {
+            "model_type": "bert",
+            "architectures": ["BertModel"],
+            "vocab_size": 109,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "max_position_embeddings": 128,
+            "type_vocab_size": 2,
+            "hidden_dropout_prob": 0.0,
+            "attention_probs_dropout_prob": 0.0,
+            "pad_token_id": 0,
+        },
+        "parameters": 25_856,
+        "suggested_wrap": ["BertLayer"],
+    },
+    "tiny-unet": {
+        "library": "diffusers",
+        "family": "diffusion",
+        "flavour": "unet",
+        "class_name": "UNet2DConditionModel",
+        "config": {
+            "_class_name": "UNet2DConditionModel",
+            "sample_size": 16,
+            "in_channels": 4,
+            "out_channels": 4,
+            "block_out_channels": [32, 64],
+            "down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D"],
+            "up_block_types": ["CrossAttnUpBlock2D", "UpBlock2D"],
+            "layers_per_block": 1,
+            "cross_attention_dim": 32,
+            "attention_head_dim": 8,
+            "norm_num_groups": 8,
+        },
+        "parameters": 985_444,
+        "suggested_wrap": ["ResnetBlock2D", "BasicTransformerBlock"],
+    },
+    "tiny-dit": {
+        "library": "diffusers",
+        "family": "diffusion",
+        "flavour": "transformer",
+        "class_name": "DiTTransformer2DModel",
+        "config": {
+            "_class_name": "DiTTransformer2DModel",
+            "num_attention_heads": 2,
+            "attention_head_dim": 16,
+            "in_channels": 4,
+            "out_channels": 4,
+            "num_layers": 2,
+            "sample_size": 16,
+            "patch_size": 2,
+            "num_embeds_ada_norm": 10,
+            "norm_num_groups": 8,
+        },
+        "parameters": 60_272,
+        "suggested_wrap": ["BasicTransformerBlock"],
+    },
+}
+
+BUILTIN_PREFIX = "builtin"
+
+
+def names() -> list[str]:
+    return sorted(TINY_CONFIGS)
+
+
+def is_builtin(path: str) -> bool:
+    """True for ``builtin`` and ``builtin:NAME`` model paths."""
+    text = str(path).strip()
+    return text == BUILTIN_PREFIX or text.startswith(BUILTIN_PREFIX + ":")
+
+
+def resolve_name(path: str, family: str | None = None, flavour: str = "") -> str:
+    """The registry name a ``builtin[:NAME]`` path means; KeyError naming the choices if none."""
+    text = str(path).strip()
+    name = text.split(":", 1)[1].strip() if ":" in text else ""
+    if not name:
+        if family == "diffusion":
+            name = DEFAULT_BY_DIFFUSION_FLAVOUR.get((flavour or "").lower(), DEFAULT_BY_FAMILY["diffusion"])
+        else:
+            name = DEFAULT_BY_FAMILY.get(family or "causal_lm", "tiny-llama")
+    if name not in TINY_CONFIGS:
+        raise KeyError(f"unknown built-in model {name!r}; built-ins: {', '.join(names())}")
+    return name
+
+
+def get(name: str) -> dict[str, Any]:
+    """A deep copy of one registry entry (callers may change it)."""
+    if name not in TINY_CONFIGS:
+        raise KeyError(f"unknown built-in model {name!r}; built-ins: {', '.join(names())}")
+    return copy.deepcopy(TINY_CONFIGS[name])
+
+
+def config_dict(name: str) -> dict[str, Any]:
+    """Just the model configuration (what a checkpoint's config.json would hold)."""
+    return get(name)["config"]
