@@ -1,0 +1,75 @@
+"""The narrow compatibility layer that lets accelerate's own FSDP/DeepSpeed paths run on CPU.
+
+On a machine without GPUs accelerate cannot be told to use FSDP or DeepSpeed on gloo ranks
+(observed with accelerate 1.15, see docs/cpu-distributed-facts.md):
+
+* `AcceleratorState` promotes to `DistributedType.FSDP` only inside its GPU-family branch,
+  so with gloo ranks it stays `MULTI_CPU` and `prepare` would wrap the model in DDP;
+* with DeepSpeed selected and ``use_cpu`` off it takes the DeepSpeed branch but leaves
+  ``process_index == 0`` and ``num_processes == 1`` on every rank (unsharded dataloaders,
+  "main process only" code on every rank); with ``use_cpu`` on it ignores DeepSpeed.
+
+`correct_state` runs once, right after the `Accelerator` is constructed on gloo ranks, and
+only when no GPU is in use. It sets, in the shared state of both `PartialState` and
+`AcceleratorState`, exactly what accelerate would have set on GPUs: the distributed type
+the artefacts compiled to, the plugin the environment described, and rank/world size from
+`torch.distributed`. Everything after that (`prepare`, `backward`, `save_state`,
+`load_state`, `get_state_dict`) is accelerate's production code, unchanged. The runtime's
+tests check the result: real DTensor sharding, DeepSpeed partitions, disjoint data shards
+and rank-0-only writes.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def needed(accelerator: Any) -> bool:
+    return accelerator.device.type == "cpu"
+
+
+def correct_state(accelerator: Any, strategy: str) -> list[str]:
+    """Fix accelerate's state for `strategy` (the plan's) on CPU ranks; returns what changed."""
+    import torch.distributed as dist
+    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.utils import DeepSpeedPlugin, DistributedType, FullyShardedDataParallelPlugin
+
+    changes: list[str] = []
+    if not needed(accelerator) or not dist.is_initialized():
+        return changes
+    shared = [PartialState._shared_state, AcceleratorState._shared_state]
+
+    def put(key: str, value: Any) -> None:
+        for st in shared:
+            if st.get(key) is not value and st.get(key) != value:
+                if st is shared[1]:
+                    show = (lambda v: type(v).__name__ if hasattr(v, "__dataclass_fields__") else
+                            getattr(v, "name", v))
+                    changes.append(f"{key}: {show(st.get(key))} -> {show(value)}")
+                st[key] = value
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    put("process_index", rank)
+    put("num_processes", world)
+    put("local_process_index", int(os.environ.get("LOCAL_RANK", rank)))
+
+    if strategy.startswith("fsdp"):
+        plugin = AcceleratorState._shared_state.get("fsdp_plugin") or FullyShardedDataParallelPlugin()
+        mp = AcceleratorState._shared_state.get("_mixed_precision", "no")
+        if mp != "no":
+            plugin.set_mixed_precision(mp)
+        put("fsdp_plugin", plugin)
+        put("distributed_type", DistributedType.FSDP)
+    elif strategy.startswith("zero"):
+        plugins = AcceleratorState._shared_state.get("deepspeed_plugins") or DeepSpeedPlugin()
+        if not isinstance(plugins, dict):
+            plugins.set_mixed_precision(AcceleratorState._shared_state.get("_mixed_precision", "no"))
+            plugins.select(_from_accelerator_state=True)
+        put("deepspeed_plugins", plugins)
+        put("distributed_type", DistributedType.DEEPSPEED)
+        # DeepSpeed decides precision from its JSON (accelerate does the same on GPUs).
+        put("_mixed_precision", "no")
+    elif world > 1:
+        put("distributed_type", DistributedType.MULTI_CPU)
+    return changes

@@ -1,0 +1,366 @@
+"""One rank of `tuner run`: build, prepare, train, validate, checkpoint, export.
+
+Family-agnostic: everything model-specific goes through `families.Family`. Strategy-
+agnostic too: DDP, FSDP2, FSDP v1 and DeepSpeed ZeRO are accelerate's own code paths,
+chosen by the environment the launcher set from the compiled artefacts (on CPU, after the
+narrow correction in `cpu_shim`). `Trainer.train()` reads like its table of contents.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import warnings
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import checkpoint as ckpt
+from . import cpu_shim
+from .artefacts import Artefacts, RunError
+from .families import get_family
+from .families.base import FamilyContext
+from .memory import rank_state_bytes
+from .progress import Reporter
+
+#: Process-group timeout: a collective waiting this long for a dead peer fails the rank.
+PG_TIMEOUT_S = float(os.environ.get("TUNER_PG_TIMEOUT", "300"))
+
+
+def lr_lambda(kind: str, warmup: int, total: int):
+    """LR multiplier at optimizer step `i` (0-based): linear warmup, then constant/linear/cosine to 0."""
+
+    def f(i: int) -> float:
+        if warmup and i < warmup:
+            return (i + 1) / warmup
+        if kind == "constant" or total <= warmup:
+            return 1.0
+        progress = min(1.0, (i - warmup) / max(1, total - warmup))
+        if kind == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return f
+
+
+class Trainer:
+    def __init__(self, arts: Artefacts, resume: str = "", max_steps: int | None = None) -> None:
+        self.arts = arts
+        self.s = arts.settings
+        self.resume_arg = resume or self.s.checkpoint.resume
+        self.max_steps_override = max_steps
+        self.strategy = arts.plan.strategy
+        self.is_ds = self.strategy.startswith("zero")
+        self.out = arts.output_dir
+        self.ckdir = ckpt.checkpoints_dir(self.out)
+        self.trace: dict[str, Any] = {}
+        self.trace_dir = os.environ.get("TUNER_TRACE_DIR")
+
+    # -- table of contents ------------------------------------------------------------
+    def train(self) -> None:
+        self.setup_accelerator()
+        self.build()
+        self.prepare()
+        self.summarise()
+        self.maybe_resume()
+        self.loop()
+        self.finish()
+
+    # -- setup ------------------------------------------------------------------------
+    def setup_accelerator(self) -> None:
+        from accelerate import Accelerator
+        from accelerate.utils import DataLoaderConfiguration, InitProcessGroupKwargs, set_seed
+
+        timeout = timedelta(seconds=PG_TIMEOUT_S)
+        if self.is_ds:
+            import deepspeed
+
+            # DeepSpeed's comm layer wraps the torch process group; create it with our deadline.
+            if not torch.distributed.is_initialized():
+                backend = "gloo" if not torch.cuda.is_available() else None
+                deepspeed.init_distributed(dist_backend=backend, timeout=timeout, auto_mpi_discovery=False)
+        acc_kwargs: dict[str, Any] = dict(
+            gradient_accumulation_steps=self.s.training.gradient_accumulation_steps,
+            step_scheduler_with_optimizer=False,  # one scheduler step per optimizer step, stepped below
+            dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=self.s.training.seed),
+            kwargs_handlers=[InitProcessGroupKwargs(timeout=timeout)],
+        )
+        self.acc = Accelerator(**acc_kwargs)
+        self.shim_changes = cpu_shim.correct_state(self.acc, self.strategy)
+        if self.is_ds and cpu_shim.needed(self.acc):
+            self.acc.native_amp = False  # DeepSpeed's JSON decides precision, as on GPUs
+        set_seed(self.s.training.seed)
+        self.main = self.acc.is_main_process
+        self.rank = self.acc.process_index
+        self.world = self.acc.num_processes
+        if self.strategy == "fsdp1":
+            warnings.warn("FSDP v1 is deprecated; use fsdp.version = 2", DeprecationWarning, stacklevel=1)
+            self.say("warning: FSDP v1 is deprecated; FSDP2 (fsdp.version = 2) shards per parameter and supports LoRA")
+
+    def say(self, text: str) -> None:
+        if self.main:
+            print(text, flush=True)
+
+    def build(self) -> None:
+        s = self.s
+        fam_cls = get_family(s.model.family)
+        self.fam = fam_cls(FamilyContext(settings=s, base_dir=self.arts.base_dir, seed=s.training.seed,
+                                         rank=self.rank, world_size=self.world))
+        model = self.fam.build_model()
+        model = self.fam.prepare_model(model)
+        self.dtype_notes = self._check_dtypes(model)
+        if self.acc.distributed_type.name == "FSDP" and not self.s.fsdp.transformer_layer_cls_to_wrap:
+            plugin = self.acc.state.fsdp_plugin
+            classes = self.fam.wrap_classes(model)
+            if plugin.auto_wrap_policy is not None and classes and not plugin.transformer_cls_names_to_wrap:
+                plugin.transformer_cls_names_to_wrap = classes
+        self.model = model
+        self.train_ds, self.val_ds = self.fam.build_datasets()
+        self.optimizer, self.scheduler = self._optimizer_and_scheduler(model)
+
+    def _check_dtypes(self, model) -> list[str]:
+        dtypes: dict[str, int] = {}
+        for p in model.parameters():
+            dtypes[str(p.dtype).replace("torch.", "")] = dtypes.get(str(p.dtype).replace("torch.", ""), 0) + p.numel()
+        notes = [f"parameter dtypes: " + ", ".join(f"{k} ({v:,})" for k, v in sorted(dtypes.items()))]
+        if len(dtypes) > 1 and self.strategy == "fsdp1":
+            model.to(torch.float32)
+            notes.append("FSDP v1 needs one dtype per flat parameter: all parameters cast to float32")
+        return notes
+
+    def _optimizer_and_scheduler(self, model):
+        from accelerate.utils import DummyOptim, DummyScheduler
+
+        t = self.s.training
+        params = list(self.fam.trainable_parameters(model))
+        ds_cfg = self.arts.deepspeed_config() if self.is_ds else {}
+        per_epoch = self._batches_per_rank() // t.gradient_accumulation_steps
+        if per_epoch < 1:
+            raise RunError(f"the training data gives {self._batches_per_rank()} micro-batches per rank, fewer than "
+                           f"gradient_accumulation_steps = {t.gradient_accumulation_steps}; add data or lower the batch")
+        self.steps_per_epoch = per_epoch
+        self.total_steps = t.max_steps if t.max_steps > 0 else per_epoch * t.num_epochs
+        if self.max_steps_override is not None:
+            self.total_steps = self.max_steps_override
+        if "optimizer" in ds_cfg:
+            opt = DummyOptim(params, lr=t.learning_rate, weight_decay=t.weight_decay)
+        elif t.optimizer == "sgd":
+            opt = torch.optim.SGD(params, lr=t.learning_rate, weight_decay=t.weight_decay)
+        elif t.optimizer == "adam":
+            opt = torch.optim.Adam(params, lr=t.learning_rate, weight_decay=t.weight_decay)
+        else:
+            opt = torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=t.weight_decay)
+        if "scheduler" in ds_cfg:
+            sched = DummyScheduler(opt, total_num_steps=self.total_steps, warmup_num_steps=t.warmup_steps)
+        else:
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(t.lr_scheduler, t.warmup_steps, self.total_steps))
+        return opt, sched
+
+    def _batches_per_rank(self) -> int:
+        return len(self.train_ds) // (self.s.training.micro_batch_size * self.world)
+
+    def _loader(self, ds, shuffle: bool):
+        from torch.utils.data import DataLoader
+
+        return DataLoader(ds, batch_size=self.s.training.micro_batch_size, shuffle=shuffle, drop_last=shuffle,
+                          collate_fn=self.fam.collate, num_workers=self.s.data.num_workers)
+
+    def prepare(self) -> None:
+        train_loader = self._loader(self.train_ds, shuffle=True)
+        self.model, self.optimizer, self.train_loader, self.scheduler = self.acc.prepare(
+            self.model, self.optimizer, train_loader, self.scheduler)
+        self.val_loader = self.acc.prepare(self._loader(self.val_ds, shuffle=False)) if self.val_ds else None
+
+    def summarise(self) -> None:
+        unwrapped = self.acc.unwrap_model(self.model)
+        total = trainable = local = 0
+        for p in unwrapped.parameters():
+            n = getattr(p, "ds_numel", None) or p.numel()
+            total += n
+            trainable += n if p.requires_grad else 0
+            lp = getattr(p, "ds_tensor", None)
+            local += lp.numel() if lp is not None else (p.to_local().numel() if hasattr(p, "to_local") else p.numel())
+        held = rank_state_bytes(self.model, self.optimizer)
+        counts = torch.tensor([local, held["params"]], dtype=torch.float64, device=self.acc.device)
+        gathered = self.acc.gather(counts.unsqueeze(0)).cpu().tolist()
+        self.trace.update(total_params=total, local_params=local, param_types=sorted(
+            {type(p).__name__ for p in unwrapped.parameters()}))
+        self.say(f"tuner run: {self.strategy} on {self.world} rank(s) ({self.acc.distributed_type.name}, "
+                 f"{self.acc.device.type}); model {self.fam.describe()}")
+        self.say(f"parameters: {total:,} total, {trainable:,} trainable")
+        for note in self.dtype_notes:
+            self.say(note)
+        for r, (n, b) in enumerate(gathered):
+            self.say(f"rank {r} holds {int(n):,} parameter elements ({b / 2**20:.2f} MiB)")
+        if self.shim_changes:
+            self.say("cpu shim: " + "; ".join(self.shim_changes))
+
+    # -- resume -------------------------------------------------------------------------
+    def maybe_resume(self) -> None:
+        self.step, self.epoch, self.batches_in_epoch, self.tokens_seen = 0, 0, 0, 0
+        if self.main:
+            ckpt.remove_partial(self.ckdir)
+        path = ckpt.resolve_resume(self.resume_arg, self.out)
+        if path is None:
+            if self.resume_arg:
+                self.say(f"no checkpoint to resume in {self.ckdir}; starting fresh")
+            return
+        meta = ckpt.read_meta(path)
+        ckpt.check_compatible(meta, self.strategy, self._state_dict_type(), self.world, path)
+        self.acc.load_state(str(path))
+        self.step, self.epoch = meta.step, meta.epoch
+        self.batches_in_epoch, self.tokens_seen = meta.batches_in_epoch, meta.tokens_seen
+        self.say(f"resumed from {path} at step {self.step} (epoch {self.epoch}, batch {self.batches_in_epoch})")
+
+    def _state_dict_type(self) -> str:
+        if self.is_ds:
+            return "deepspeed"
+        return self.s.checkpoint.state_dict_type if self.strategy.startswith("fsdp") else "full"
+
+    # -- the loop -----------------------------------------------------------------------
+    def loop(self) -> None:
+        t = self.s.training
+        rep = self.reporter = Reporter(self.out, self.total_steps, self.step, self.fam.unit, main=self.main,
+                                       tensorboard=t.tensorboard)
+        self.losses: list[float] = []
+        trace_rows = self.trace.setdefault("rows", []) if self.trace_dir else None
+        self.model.train()
+        accum = t.gradient_accumulation_steps
+        step_loss, step_units, t_step = 0.0, 0, time.perf_counter()
+        while self.step < self.total_steps:
+            self.train_loader.set_epoch(self.epoch)
+            loader = self.train_loader
+            if self.batches_in_epoch:
+                loader = self.acc.skip_first_batches(self.train_loader, self.batches_in_epoch)
+                loader.set_epoch(self.epoch)
+            for batch in loader:
+                if trace_rows is not None and self.epoch == 0:
+                    trace_rows.extend(_row_keys(batch))
+                with self.acc.accumulate(self.model):
+                    loss = self.fam.loss(self.model, batch)
+                    self.acc.backward(loss)
+                    if self.acc.sync_gradients and t.max_grad_norm > 0 and not self.is_ds:
+                        self.acc.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
+                    self.optimizer.step()
+                    if self.acc.sync_gradients:
+                        self.scheduler.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+                self.batches_in_epoch += 1
+                step_loss += float(loss.detach()) / accum
+                step_units += self.fam.batch_units(batch)
+                if not self.acc.sync_gradients:
+                    continue
+                self.step += 1
+                self.tokens_seen += step_units * self.world
+                metrics = None
+                if t.log_every and (self.step % t.log_every == 0 or self.step == self.total_steps):
+                    mean = float(self.acc.reduce(torch.tensor([step_loss], device=self.acc.device), "mean")[0])
+                    dt = time.perf_counter() - t_step
+                    metrics = {"loss": mean, "lr": self._lr(), "epoch": self.epoch,
+                               "throughput": step_units * self.world / max(dt, 1e-9), "tokens_seen": self.tokens_seen}
+                    self.losses.append(mean)
+                rep.step(self.step, metrics)
+                step_loss, step_units = 0.0, 0
+                if t.validation_every and self.step % t.validation_every == 0:
+                    self.validate()
+                if self.s.checkpoint.every_steps and self.step % self.s.checkpoint.every_steps == 0:
+                    self.save_checkpoint()
+                t_step = time.perf_counter()
+                if self.step >= self.total_steps:
+                    break
+            else:
+                self.epoch += 1
+                self.batches_in_epoch = 0
+
+    def _lr(self) -> float:
+        try:
+            return float(self.scheduler.get_last_lr()[0])
+        except Exception:
+            return float(self.optimizer.param_groups[0]["lr"]) if self.optimizer.param_groups else 0.0
+
+    def validate(self) -> dict[str, float]:
+        if self.val_loader is None:
+            return {}
+        self.model.eval()
+        metrics = self.fam.evaluate(self.model, self.val_loader, self.acc)
+        self.model.train()
+        self.reporter.log(self.step, metrics)
+        self.reporter.message("step {}: ".format(self.step) + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        return metrics
+
+    # -- checkpoints --------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        tmp = ckpt.tmp_dir_for(self.ckdir, self.step)
+        if self.main:
+            self.ckdir.mkdir(parents=True, exist_ok=True)
+        self.acc.wait_for_everyone()
+        self.acc.save_state(str(tmp))
+        self.acc.wait_for_everyone()  # every rank has written its part
+        final = self.ckdir / ckpt.step_dir_name(self.step)
+        if self.main:
+            meta = ckpt.CheckpointMeta(step=self.step, strategy=self.strategy, state_dict_type=self._state_dict_type(),
+                                       world_size=self.world, epoch=self.epoch, batches_in_epoch=self.batches_in_epoch,
+                                       tokens_seen=self.tokens_seen, family=self.s.model.family,
+                                       manifest=self.arts.manifest)
+            final = ckpt.publish(self.ckdir, tmp, meta)
+            ckpt.prune(self.ckdir, self.s.checkpoint.keep_last)
+            self.reporter.message(f"checkpoint saved: {final}")
+        self.acc.wait_for_everyone()
+        return final
+
+    # -- the end ------------------------------------------------------------------------
+    def finish(self) -> None:
+        t = self.s.training
+        if self.val_loader is not None and (not t.validation_every or self.step % t.validation_every):
+            self.validate()
+        if self.trace_dir:
+            self._trace_logits()
+        if self.s.checkpoint.export:
+            self.export(self.out / "final")
+        if self.trace_dir:
+            self.trace.update(rank=self.rank, process_index=self.acc.process_index, num_processes=self.world,
+                              is_main=self.main, distributed_type=self.acc.distributed_type.name,
+                              losses=self.losses, state_bytes=rank_state_bytes(self.model, self.optimizer))
+            Path(self.trace_dir).mkdir(parents=True, exist_ok=True)
+            Path(self.trace_dir, f"rank{self.rank}.json").write_text(json.dumps(self.trace), encoding="utf-8")
+        self.reporter.close()
+        self.acc.wait_for_everyone()
+        self.acc.end_training()
+        self.say(f"done: {self.step} steps; outputs in {self.out}")
+
+    def export(self, out_dir: Path) -> None:
+        state = self.acc.get_state_dict(self.model)
+        if self.main:
+            tmp = out_dir.with_name(out_dir.name + ".tmp")
+            if tmp.exists():
+                import shutil
+
+                shutil.rmtree(tmp)
+            self.fam.export(state, tmp)
+            if out_dir.exists():
+                import shutil
+
+                shutil.rmtree(out_dir)
+            os.replace(tmp, out_dir)
+            print(f"exported full model: {out_dir}", flush=True)
+        self.acc.wait_for_everyone()
+
+    def _trace_logits(self) -> None:
+        """Test hook (TUNER_TRACE_DIR): logits of the trained, still-sharded model on one fixed batch."""
+        batch = self.fam.collate([self.train_ds[i] for i in range(2)])
+        batch = {k: v.to(self.acc.device) for k, v in batch.items()}
+        self.model.eval()
+        with torch.no_grad():
+            out = self.model(input_ids=batch["input_ids"])
+        self.model.train()
+        self.trace["logits"] = out.logits.float().cpu()[:, :4, :8].tolist()
+
+
+def _row_keys(batch: dict[str, torch.Tensor]) -> list[int]:
+    """A hash per sample of a batch (for the data-sharding test)."""
+    first = next(iter(batch.values()))
+    return [hash(tuple(row.flatten()[:64].tolist())) for row in first]

@@ -1,0 +1,56 @@
+"""Entry point of one rank: ``python -m tuner.runtime.worker BUILD_DIR [--resume X] [--max-steps N]``.
+
+Started by `tuner.runtime.launch` (torch's elastic launcher on CPU, `accelerate launch`
+on GPUs), never by hand. A user error prints one line (on rank 0) and exits 2; anything
+else is a crash with a traceback, which the launcher reports with the rank's number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+
+
+def _orphan_watchdog(poll_s: float = 2.0) -> None:
+    """Exit when the launcher that started this rank is gone (never linger as an orphan)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                os._exit(70)
+
+    threading.Thread(target=watch, name="tuner-orphan-watchdog", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="tuner.runtime.worker")
+    p.add_argument("build_dir")
+    p.add_argument("--resume", default="")
+    p.add_argument("--max-steps", type=int, default=None)
+    args = p.parse_args(argv)
+    _orphan_watchdog()
+
+    from .artefacts import RunError, load
+    from .families import FamilyError
+
+    rank = os.environ.get("RANK", "0")
+    try:
+        arts = load(args.build_dir)
+        from .trainer import Trainer
+
+        Trainer(arts, resume=args.resume, max_steps=args.max_steps).train()
+    except (RunError, FamilyError) as exc:
+        if rank == "0":
+            print(f"tuner run: {exc}", file=sys.stderr, flush=True)
+        # Give rank 0 time to print before the launcher tears the others down.
+        return getattr(exc, "exit_code", 2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""`tuner run TARGET`: train from a build directory (or a settings file, compiled first).
+
+The runtime reads only the compiled artefacts (manifest.json, accelerate.yaml,
+deepspeed.json). Given a settings file, this command compiles it (with any ``--set``
+overrides) into ``build/`` beside it first, exactly as `tuner compile` would.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+EXIT_USAGE = 2
+EXIT_INVALID = 1
+
+
+def _compile(settings: Path, overrides: list[str]) -> Path | int:
+    from tuner.compiler import SourceError, compile_file
+    from tuner.compiler.diagnostics import render_text
+
+    try:
+        result = compile_file(settings, overrides)
+    except SourceError as exc:
+        print(f"{settings}: error: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE if exc.io else EXIT_INVALID
+    problems = [d for d in result.diagnostics.items if d.severity != "note"]
+    if not result.ok:
+        print(render_text(problems), file=sys.stderr)
+        return EXIT_INVALID
+    if problems:
+        print(render_text(problems), file=sys.stderr)
+    try:
+        return result.write()
+    except OSError as exc:
+        print(f"{result.out_dir}: error: cannot write artefacts: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def run(args) -> int:
+    target: Path = args.target
+    overrides = list(getattr(args, "overrides", []) or [])
+    if target.is_file():
+        built = _compile(target, overrides)
+        if isinstance(built, int):
+            return built
+        build_dir = built
+    else:
+        if overrides:
+            print("tuner run: --set applies to a settings file; this is a build directory "
+                  "(recompile it with `tuner compile SETTINGS --set ...`)", file=sys.stderr)
+            return EXIT_USAGE
+        build_dir = target
+
+    from tuner.runtime.artefacts import RunError, load
+
+    try:
+        arts = load(build_dir)
+        _clear_stale_offload(arts)
+        from tuner.runtime.launch import launch
+
+        return launch(arts, resume=args.resume or "", max_steps=args.max_steps)
+    except RunError as exc:
+        print(f"tuner run: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _clear_stale_offload(arts) -> None:
+    """Before a DeepSpeed run: remove swap folders earlier runs left in the NVMe path."""
+    if not arts.plan.uses_deepspeed:
+        return
+    from tuner.runtime.maintenance import clear_offload_cache
+
+    ds = arts.deepspeed_config().get("zero_optimization", {})
+    paths = {(ds.get(k) or {}).get("nvme_path") for k in ("offload_param", "offload_optimizer")}
+    for p in sorted(x for x in paths if x):
+        for gone in clear_offload_cache(p):
+            print(f"removed stale DeepSpeed swap folder {gone}", file=sys.stderr)
