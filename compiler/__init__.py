@@ -138,6 +138,12 @@ def _load_base(text: str, base_dir: Path, diags: Diagnostics) -> dict[str, Any]:
     if not isinstance(loaded, dict):
         diags.error("accelerate.base", f"base accelerate config {path} is not a YAML mapping")
         return {}
+    env = str(loaded.get("compute_environment", "LOCAL_MACHINE"))
+    if env != "LOCAL_MACHINE":
+        diags.error("accelerate.base", f"{path} is a {env} config; tuner writes launch configs for local "
+                    "machines (LOCAL_MACHINE), so it cannot merge into it",
+                    f"remove accelerate.base, or import it instead: tuner import {path}")
+        return {}
     diags.note("accelerate.base", f"merging into {path}; its other keys are kept")
     return loaded
 

@@ -32,6 +32,9 @@ _AUTO_BUCKETS = {
     "reduce_bucket_size": 500_000_000,
     "stage3_prefetch_bucket_size": 50_000_000,
     "stage3_param_persistence_threshold": 100_000,
+    # DeepSpeed's shorter aliases for the same fields
+    "prefetch_bucket_size": 50_000_000,
+    "param_persistence_threshold": 100_000,
 }
 _NVME_PARAM_BUFFER = 100_000_000
 _BYTES_PER_GIB = 1024**3
@@ -73,6 +76,39 @@ def _pick(raw: dict, raw_key: str, label: str, setting_path: str, setting_value:
     return value
 
 
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _derive_batch(total, micro, accum, world: int, t, diags: Diagnostics) -> tuple[int | None, int | None]:
+    """Fill in whichever of micro batch / accumulation is missing, as DeepSpeed does."""
+    for label, value in (("train_batch_size", total), ("train_micro_batch_size_per_gpu", micro),
+                         ("gradient_accumulation_steps", accum)):
+        if value is not None and not _positive_int(value):
+            diags.error(f"deepspeed.config.{label}", f"{label} must be a positive integer, got {value!r}")
+            return None, None
+    if total is not None and (micro is None) != (accum is None):
+        known = micro if micro is not None else accum
+        if total % (known * world):
+            diags.error("deepspeed.config.train_batch_size",
+                        f"train_batch_size {total} is not divisible by {known} x world size {world}",
+                        "make train_batch_size a multiple of the other factors, or remove it")
+            return None, None
+        derived = total // (known * world)
+        label = "gradient_accumulation_steps" if accum is None else "train_micro_batch_size_per_gpu"
+        diags.note(f"deepspeed.config.{label}", f"{label} = {derived}, derived from train_batch_size {total}")
+        return (micro, derived) if accum is None else (derived, accum)
+    if total is not None and micro is None and accum is None:
+        micro = t.micro_batch_size
+        if total % (micro * world) == 0:
+            accum = total // (micro * world)
+            diags.note("deepspeed.config.gradient_accumulation_steps",
+                       f"gradient_accumulation_steps = {accum}, derived from train_batch_size {total}")
+            return micro, accum
+    return (micro if micro is not None else t.micro_batch_size,
+            accum if accum is not None else t.gradient_accumulation_steps)
+
+
 def _check_nvme_path(path_text: str, key: str, need_bytes: int, diags: Diagnostics, base_dir: Path | None) -> str:
     if not path_text:
         diags.error(key, "NVMe offload needs a directory for its swap files",
@@ -109,18 +145,24 @@ def build(s: Settings, world_size: int, explicit: set[str], diags: Diagnostics,
     out: dict[str, Any] = raw
     t = s.training
 
-    # Batch arithmetic: train_batch_size = micro x accumulation x data-parallel world.
-    micro = _pick(raw, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu",
-                  "training.micro_batch_size", t.micro_batch_size, explicit, diags)
-    accum = _pick(raw, "gradient_accumulation_steps", "gradient_accumulation_steps",
-                  "training.gradient_accumulation_steps", t.gradient_accumulation_steps, explicit, diags)
-    for label, value in (("train_micro_batch_size_per_gpu", micro), ("gradient_accumulation_steps", accum)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            diags.error(f"deepspeed.config.{label}", f"{label} must be a positive integer, got {value!r}")
-            return out, s
-    expected = micro * accum * world_size
+    # Batch arithmetic: train_batch_size = micro x accumulation x data-parallel world. As in
+    # DeepSpeed, a missing factor is derived from the other two; all three must agree.
+    factors = []
+    for raw_key, path, value in (("train_micro_batch_size_per_gpu", "training.micro_batch_size", t.micro_batch_size),
+                                 ("gradient_accumulation_steps", "training.gradient_accumulation_steps",
+                                  t.gradient_accumulation_steps)):
+        if raw.get(raw_key, "auto") not in ("auto", None):
+            factors.append(_pick(raw, raw_key, raw_key, path, value, explicit, diags))
+        else:  # a setting the person wrote counts as given; a default lets DeepSpeed's rule derive it
+            factors.append(value if path in explicit else None)
+    micro, accum = factors
     given = raw.get("train_batch_size", "auto")
-    if given not in ("auto", None) and given != expected:
+    given = None if given in ("auto", None) else given
+    micro, accum = _derive_batch(given, micro, accum, world_size, t, diags)
+    if micro is None:
+        return out, s
+    expected = micro * accum * world_size
+    if given is not None and given != expected:
         diags.error("deepspeed.config.train_batch_size",
                     f"train_batch_size {given!r} does not equal train_micro_batch_size_per_gpu {micro} "
                     f"x gradient_accumulation_steps {accum} x world size {world_size} = {expected}",
@@ -130,7 +172,7 @@ def build(s: Settings, world_size: int, explicit: set[str], diags: Diagnostics,
     out["train_micro_batch_size_per_gpu"] = micro
     out["gradient_accumulation_steps"] = accum
     if micro != t.micro_batch_size or accum != t.gradient_accumulation_steps:
-        diags.note("deepspeed.config", f"took micro batch {micro} and accumulation {accum} from the DeepSpeed config")
+        diags.note("deepspeed.config", f"micro batch {micro} and accumulation {accum} come from the DeepSpeed config")
         t.micro_batch_size, t.gradient_accumulation_steps = micro, accum
 
     clip_default = s.deepspeed.gradient_clipping if "deepspeed.gradient_clipping" in explicit else t.max_grad_norm
@@ -172,9 +214,11 @@ def build(s: Settings, world_size: int, explicit: set[str], diags: Diagnostics,
             zero[key] = default
             diags.note(f"deepspeed.config.zero_optimization.{key}", f"resolved 'auto' to DeepSpeed's default {default}")
     if stage == 3:
-        zero.setdefault("stage3_gather_16bit_weights_on_model_save", s.deepspeed.gather_16bit_weights_on_model_save)
-        if zero["stage3_gather_16bit_weights_on_model_save"] == "auto":
-            zero["stage3_gather_16bit_weights_on_model_save"] = s.deepspeed.gather_16bit_weights_on_model_save
+        # DeepSpeed knows this field under two names; write one, never both.
+        names = ("gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save")
+        name = next((n for n in names if n in zero), names[1])
+        if zero.get(name, "auto") == "auto":
+            zero[name] = s.deepspeed.gather_16bit_weights_on_model_save
 
     _offload(out, zero, s, stage, explicit, diags, base_dir, offload_bytes_hint)
     _optimizer_and_scheduler(out, s, diags)

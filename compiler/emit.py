@@ -114,8 +114,18 @@ def accelerate_config(s: Settings, plan: Plan, deepspeed_path: Path | None) -> d
     return cfg
 
 
+#: Top-level accelerate keys that tuner's settings decide. The other keys tuner writes are
+#: only there to be explicit (accelerate's defaults); a base config's values win for those.
+DECIDED_KEYS = frozenset({
+    "distributed_type", "mixed_precision", "num_processes", "num_machines", "machine_rank", "main_process_ip",
+    "main_process_port", "rdzv_backend", "same_network", "use_cpu", "fsdp_config", "deepspeed_config",
+    "parallelism_config",
+})
+
+
 def merge_base(base: dict[str, Any], ours: dict[str, Any], plan: Plan, diags: Diagnostics) -> dict[str, Any]:
-    """Our keys over the user's existing accelerate config; their other keys survive."""
+    """Our decisions over the user's existing accelerate config; their other keys survive."""
+    ours = {k: v for k, v in ours.items() if k in DECIDED_KEYS or k not in base}
     merged = dict(base)
     strategy_blocks = ("deepspeed_config", "fsdp_config", "megatron_lm_config", "parallelism_config")
     for block in strategy_blocks:

@@ -180,7 +180,11 @@ def _from_accelerate(data: dict[str, Any], path: Path, out: Imported) -> None:
     for key, value in data.items():
         if key not in _ACCEL_TOP and key not in _ACCEL_IGNORED and value not in (None, [], {}):
             out.unmodelled[key] = value
-    if out.unmodelled:
+    local = str(data.get("compute_environment", "LOCAL_MACHINE")) == "LOCAL_MACHINE"
+    if out.unmodelled and not local:
+        out.remarks.append(f"{src}: a {data['compute_environment']} config; its keys "
+                           f"({', '.join(sorted(out.unmodelled))}) have no local-machine meaning and are listed below")
+    elif out.unmodelled:
         out.set("accelerate.base", str(path.resolve()), src)
         out.remarks.append(f"{src}: keys tuner does not model ({', '.join(sorted(out.unmodelled))}) survive "
                            "through accelerate.base")

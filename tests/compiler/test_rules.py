@@ -1,0 +1,219 @@
+"""Cross-field rules, with the seeds' exact messages, and forgiving spellings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tuner.compiler import compile_text
+
+
+def compile_(text: str, *overrides: str, tmp_path=None):
+    return compile_text(text, overrides, path=(tmp_path / "settings.toml") if tmp_path else None)
+
+
+def errors(result) -> list[str]:
+    return [d.message for d in result.diagnostics.errors]
+
+
+def messages(result, severity: str) -> list[str]:
+    return [d.message for d in result.diagnostics.items if d.severity == severity]
+
+
+def test_fsdp_and_deepspeed_together_is_refused_with_the_seed_message():
+    r = compile_("fsdp_enable = true\n[deepspeed_config.zero_optimization]\nstage = 2\n")
+    assert "FSDP and DeepSpeed cannot be enabled simultaneously." in errors(r)
+    assert not r.files
+
+
+@pytest.mark.parametrize("fsdp", ["", "fsdp_enable = true\nfsdp_version = 1\n"])
+def test_context_parallel_requires_fsdp2(fsdp):
+    r = compile_(fsdp + "platform = 'cuda'\nnum_processes = 4\ncontext_parallel_size = 2\n")
+    assert "Context parallelism requires FSDP2." in errors(r)
+
+
+def test_context_parallel_is_cuda_only_and_must_divide_processes():
+    base = "fsdp_enable = true\nnum_processes = 6\ncontext_parallel_size = 4\n"
+    r = compile_(base + "platform = 'cpu'\n")
+    errs = errors(r)
+    assert any("CUDA-only" in e for e in errs)
+    assert any("must divide hardware.num_processes 6" in e for e in errs)
+
+
+def test_context_parallel_size_one_normalises_the_rotation():
+    r = compile_("context_parallel_size = 1\ncontext_parallel_comm_strategy = 'alltoall'\n")
+    assert r.ok
+    assert r.settings.context_parallel.comm_strategy == "allgather"
+    assert "parallelism_config" not in r.accelerate_yaml
+    assert any("normalised to 'allgather'" in m for m in messages(r, "note"))
+
+
+def test_fsdp_v1_is_deprecated_but_works():
+    r = compile_("fsdp_enable = true\nfsdp_version = 1\nnum_processes = 2\n")
+    assert r.ok and r.plan.strategy == "fsdp1"
+    assert any("deprecated" in m for m in messages(r, "warning"))
+    assert "fsdp_use_orig_params: true" in r.accelerate_yaml
+
+
+def test_lora_with_deepspeed_is_refused_and_with_fsdp2_is_fine():
+    r = compile_("model_type = 'lora'\n[deepspeed]\nenabled = true\n")
+    assert any("LoRA is not supported with DeepSpeed" in e for e in errors(r))
+    assert compile_("model_type = 'lora'\nfsdp_enable = true\nnum_processes = 2\n").ok
+
+
+@pytest.mark.parametrize("platform,name", [("mps", "macOS (MPS)"), ("rocm", "ROCm")])
+def test_deepspeed_refused_on_mps_and_rocm(platform, name):
+    r = compile_(f"platform = '{platform}'\n[deepspeed]\nenabled = true\n")
+    assert f"DeepSpeed is not available on {name} hosts." in errors(r)
+
+
+def test_deepspeed_batch_arithmetic_is_resolved():
+    r = compile_("num_processes = 4\ntrain_batch_size = 3\ngradient_accumulation_steps = 2\n"
+                 "[deepspeed]\nenabled = true\n[deepspeed.config]\ntrain_batch_size = 'auto'\n")
+    assert r.ok
+    ds = json.loads(r.deepspeed_json)
+    assert (ds["train_batch_size"], ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (24, 3, 2)
+    assert "auto" not in r.deepspeed_json
+
+
+def test_deepspeed_batch_mismatch_names_every_factor():
+    r = compile_("num_processes = 2\n[deepspeed_config]\ntrain_batch_size = 8\n"
+                 "train_micro_batch_size_per_gpu = 2\ngradient_accumulation_steps = 4\n")
+    (err,) = [d for d in r.diagnostics.errors if "train_batch_size" in d.key]
+    assert "train_micro_batch_size_per_gpu 2" in err.message and "gradient_accumulation_steps 4" in err.message
+    assert "world size 2 = 16" in err.message
+
+
+def test_unresolvable_auto_is_refused():
+    r = compile_("[deepspeed_config]\nzero_optimization = { stage = 2, sub_group_size = 'auto' }\n")
+    assert any("'auto' here would reach DeepSpeed unresolved" in e for e in errors(r))
+
+
+@pytest.mark.parametrize("name,expected", [("adamw", "AdamW"), ("ADAM", "Adam"), ("lion", "Lion"), ("lamb", "Lamb")])
+def test_optimizer_names_are_normalised(name, expected):
+    r = compile_(f"[deepspeed]\nenabled = true\noptimizer = '{name}'\n")
+    assert r.ok
+    assert json.loads(r.deepspeed_json)["optimizer"]["type"] == expected
+
+
+@pytest.mark.parametrize("name", ["cpuadam", "fusedadam", "FusedAdam"])
+def test_implementation_names_become_adamw_with_a_warning(name):
+    r = compile_(f"[deepspeed_config.optimizer]\ntype = '{name}'\n")
+    assert r.ok
+    assert json.loads(r.deepspeed_json)["optimizer"]["type"] == "AdamW"
+    assert any("using 'AdamW'" in m for m in messages(r, "warning"))
+
+
+def test_unknown_optimizer_is_refused_with_the_supported_list():
+    r = compile_("[deepspeed]\nenabled = true\noptimizer = 'adafactor'\n")
+    (err,) = [d for d in r.diagnostics.errors if d.key == "deepspeed.optimizer"]
+    assert "adafactor" in err.message
+    for name in ("AdamW", "Adam", "Adagrad", "Lamb", "OneBitAdam", "Lion", "Muon"):
+        assert name in err.fix
+
+
+def test_deepspeed_defaults_are_adamw_and_warmuplr():
+    r = compile_("learning_rate = 2e-4\nwarmup_steps = 7\n[deepspeed]\nenabled = true\n")
+    ds = json.loads(r.deepspeed_json)
+    assert ds["optimizer"]["type"] == "AdamW" and ds["optimizer"]["params"]["lr"] == 2e-4
+    assert ds["scheduler"] == {"type": "WarmupLR", "params": {
+        "warmup_min_lr": 0, "warmup_max_lr": 2e-4, "warmup_num_steps": 7, "warmup_type": "linear"}}
+
+
+def test_nvme_path_must_exist(tmp_path):
+    r = compile_("platform='cuda'\n[deepspeed]\nenabled = true\nzero_stage = 3\noffload_param = 'nvme'\n"
+                 f"nvme_path = '{tmp_path / 'missing'}'\n")
+    (err,) = [d for d in r.diagnostics.errors if d.key == "deepspeed.nvme_path"]
+    assert "does not exist" in err.message and "mkdir -p" in err.fix
+
+
+def test_nvme_path_must_be_a_directory(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    r = compile_(f"platform='cuda'\n[deepspeed]\nenabled = true\nzero_stage = 3\noffload_param = 'nvme'\nnvme_path = '{f}'\n")
+    assert any("not a directory" in e for e in errors(r))
+
+
+def test_nvme_needs_stage_3_and_a_path():
+    r = compile_("[deepspeed]\nenabled = true\nzero_stage = 2\noffload_optimizer = 'nvme'\n")
+    errs = errors(r)
+    assert any("NVMe offload needs ZeRO stage 3" in e for e in errs)
+    assert any("needs a directory" in e for e in errs)
+
+
+def test_nvme_buffer_sizes_are_chosen_when_not_given(tmp_path):
+    r = compile_("platform='cuda'\n[deepspeed]\nenabled = true\nzero_stage = 3\noffload_param = 'nvme'\n"
+                 f"offload_optimizer = 'nvme'\nnvme_path = '{tmp_path}'\n")
+    assert r.ok, errors(r)
+    zero = json.loads(r.deepspeed_json)["zero_optimization"]
+    assert zero["offload_param"]["buffer_size"] >= 100_000_000 and zero["offload_param"]["buffer_count"] == 5
+    assert zero["offload_optimizer"]["buffer_count"] == 4
+
+
+def test_multi_node_needs_an_address_and_consistent_ranks():
+    r = compile_("num_machines = 2\nnum_processes = 3\nmachine_rank = 2\n")
+    keys = {d.key for d in r.diagnostics.errors}
+    assert {"hardware.main_process_ip", "hardware.num_processes", "hardware.machine_rank"} <= keys
+
+
+# --- forgiving spellings ------------------------------------------------------------
+
+@pytest.mark.parametrize("spelling", ["2", "'2'", "'v2'", "'V2'"])
+def test_fsdp_version_spellings(spelling):
+    r = compile_(f"fsdp_enable = true\nfsdp_version = {spelling}\n")
+    assert r.ok and r.settings.fsdp.version == 2
+    if spelling != "2":
+        assert any(d.key == "fsdp_version" and "normalised" in d.message for d in r.diagnostics.items)
+
+
+@pytest.mark.parametrize("spelling,expected", [
+    ("sharded", "sharded"), ("SHARDED_STATE_DICT", "sharded"), ("sharded_state_dict", "sharded"),
+    ("FULL_STATE_DICT", "full"), ("full", "full")])
+def test_state_dict_spellings(spelling, expected):
+    r = compile_(f"fsdp_enable = true\nfsdp_state_dict_type = '{spelling}'\n")
+    assert r.ok and r.settings.checkpoint.state_dict_type == expected
+
+
+@pytest.mark.parametrize("spelling,expected,yaml_name", [
+    ("transformer", "transformer", "TRANSFORMER_BASED_WRAP"),
+    ("TRANSFORMER_BASED_WRAP", "transformer", "TRANSFORMER_BASED_WRAP"),
+    ("transformer_based_wrap", "transformer", "TRANSFORMER_BASED_WRAP"),
+    ("size", "size", "SIZE_BASED_WRAP"), ("SIZE_BASED_WRAP", "size", "SIZE_BASED_WRAP"),
+    ("none", "none", "NO_WRAP"), ("no_wrap", "none", "NO_WRAP"), ("NO_WRAP", "none", "NO_WRAP"),
+    ("mypkg.policies.wrap_blocks", "mypkg.policies.wrap_blocks", "NO_WRAP")])
+def test_wrap_policy_spellings(spelling, expected, yaml_name):
+    r = compile_(f"fsdp_enable = true\nfsdp_auto_wrap_policy = '{spelling}'\n")
+    assert r.ok and r.settings.fsdp.auto_wrap_policy == expected
+    assert f"fsdp_auto_wrap_policy: {yaml_name}" in r.accelerate_yaml
+
+
+def test_wrap_policy_garbage_is_refused():
+    r = compile_("fsdp_enable = true\nfsdp_auto_wrap_policy = 'by magic'\n")
+    assert any("unknown wrap policy" in e for e in errors(r))
+
+
+@pytest.mark.parametrize("value", ["'LlamaDecoderLayer, LlamaMLP'", "['LlamaDecoderLayer', 'LlamaMLP']"])
+def test_wrap_classes_as_array_or_comma_string(value):
+    r = compile_(f"fsdp_enable = true\nfsdp_transformer_layer_cls_to_wrap = {value}\n")
+    assert r.settings.fsdp.transformer_layer_cls_to_wrap == ["LlamaDecoderLayer", "LlamaMLP"]
+    assert "fsdp_transformer_layer_cls_to_wrap: LlamaDecoderLayer,LlamaMLP" in r.accelerate_yaml
+
+
+def test_aliases_inside_sections_and_canonical_keys_agree():
+    flat = compile_("fsdp_enable = true\nfsdp_version = 2\nnum_processes = 2\n")
+    sectioned = compile_("[fsdp]\nenabled = true\nversion = 2\n[hardware]\nnum_processes = 2\n")
+    in_section = compile_("[fsdp]\nfsdp_enable = true\nfsdp_version = 2\n[hardware]\nnum_processes = 2\n")
+    assert flat.accelerate_yaml == sectioned.accelerate_yaml == in_section.accelerate_yaml
+
+
+def test_the_same_key_twice_with_different_values_is_an_error():
+    r = compile_("fsdp_version = 1\n[fsdp]\nversion = 2\n")
+    assert any("set twice" in e for e in errors(r))
+
+
+def test_mixed_precision_is_written_quoted_and_omitted_beside_a_deepspeed_file():
+    assert "mixed_precision: 'no'" in compile_("num_processes = 2\n").accelerate_yaml
+    ds = compile_("mixed_precision = 'bfloat16'\n[deepspeed]\nenabled = true\n")
+    assert "mixed_precision" not in ds.accelerate_yaml
+    assert json.loads(ds.deepspeed_json)["bf16"] == {"enabled": True}
