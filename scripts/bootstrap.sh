@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Set up (or reuse) .venv with tuner and everything it needs. Sourced by the other scripts.
+#
+# torch is installed first and on its own, so that pip does not pull a multi-GB CUDA build
+# where a CPU wheel is wanted. Override which torch with TUNER_TORCH, e.g.
+#   TUNER_TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128" scripts/test.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+# shellcheck disable=SC1091
+. .venv/bin/activate
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+if ! python -c "import torch" >/dev/null 2>&1; then
+    echo "installing ${TUNER_TORCH:-torch==2.13.0} ..."
+    # shellcheck disable=SC2086
+    pip install -q ${TUNER_TORCH:-torch==2.13.0}
+fi
+# Re-install only when pyproject.toml changed since the last successful install.
+stamp=.venv/.tuner-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "installing tuner and its dependencies ..."
+    pip install -q -e ".[all]"
+    touch "$stamp"
+fi
