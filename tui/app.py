@@ -24,6 +24,7 @@ Keys (every action has one; none collides with the text inputs' own editing keys
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any
 
@@ -32,10 +33,11 @@ from textual.actions import SkipAction
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, ContentSwitcher, Footer, Static
+from textual.widgets import Button, ContentSwitcher, Footer, Input, Static
 
 from .fields import FieldRow
-from .model import STEP_IDS, STEPS, SaveRefused, WizardState, hardware_suggestions, step_of, canonical_key
+from .model import (STEP_IDS, STEPS, SaveRefused, WizardState, canonical_key, display_path, hardware_suggestions,
+                    step_of)
 from .review import ReviewPane
 from .services import Services
 from .steps import ActionBar, StepList, StepPane
@@ -45,6 +47,7 @@ class WizardApp(App[int]):
     """`tuner` / `tuner wizard`: from hardware to a saved, compiling settings.toml."""
 
     CSS_PATH = "wizard.tcss"
+    AUTO_FOCUS = None  # the first field is focused right after the first paint (cheaper to paint)
     TITLE = "tuner"
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [
@@ -62,9 +65,12 @@ class WizardApp(App[int]):
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
 
-    def __init__(self, state: WizardState, services: Services | None = None, detect_hardware: bool = True) -> None:
+    def __init__(self, state: WizardState, services: Services | None = None, detect_hardware: bool = True,
+                 cursor_blink: bool = True) -> None:
         super().__init__()
         self.state = state
+        self.cursor_blink = cursor_blink
+        """False in tests: a blinking cursor would make snapshots differ."""
         self.services = services or Services()
         self._detect_hardware = detect_hardware and self.services.hardware is not None
         self._quit_armed = False
@@ -78,20 +84,33 @@ class WizardApp(App[int]):
         with Horizontal(id="body"):
             yield StepList(id="steps")
             with Vertical(id="main"):
+                # Only the current step is built at start (first paint stays fast); the
+                # others are mounted on first visit and then kept, so Back keeps everything.
                 with ContentSwitcher(initial=f"step-{STEP_IDS[self.state.step]}", id="switcher"):
-                    for step in STEPS[:-1]:
-                        yield StepPane(step.id, self.state)
-                    yield ReviewPane(self.state, self.services.estimate)
+                    yield self._make_pane(STEP_IDS[self.state.step])
                 yield ActionBar(id="actions")
         yield Static("", id="status")
         yield Footer()
 
+    def _make_pane(self, step_id: str):
+        if step_id == "review":
+            return ReviewPane(self.state, self.services.estimate)
+        return StepPane(step_id, self.state)
+
     def on_mount(self) -> None:
+        self.steady_cursors(self.screen)
         self._refresh_chrome()
         self.call_after_refresh(self._painted)
 
+    def steady_cursors(self, screen) -> None:
+        if not self.cursor_blink:
+            for widget in screen.query(Input):
+                widget.cursor_blink = False
+
     def _painted(self) -> None:
         self.first_paint_at = time.perf_counter()
+        if self.focused is None:
+            self._focus_first()
         if self._detect_hardware:
             self.run_worker(self._collect_hardware, thread=True, exclusive=True, group="hardware")
 
@@ -104,20 +123,20 @@ class WizardApp(App[int]):
 
     def _hardware_ready(self, facts: Any) -> None:
         self.state.hardware = facts
-        self.query_one("#step-hardware", StepPane).show_hardware()
+        for pane in self.query("#step-hardware").results(StepPane):
+            pane.show_hardware()
 
     # -- state -> screen --------------------------------------------------------------
 
     def _refresh_chrome(self) -> None:
         state = self.state
         dirty = " [b]●[/b] unsaved" if state.dirty else ""
-        self.query_one("#topbar", Static).update(f"[b]tuner[/b] wizard · {state.path}{dirty}")
+        self.query_one("#topbar", Static).update(f"[b]tuner[/b] wizard · {display_path(state.path)}{dirty}")
         self.query_one("#steps", StepList).render_steps(state)
         errors = len(state.errors)
         warnings = sum(1 for d in state.diagnostics if d.severity == "warning")
         strategy = state.result.plan.strategy if state.result.plan else "?"
-        self.query_one("#status", Static).update(
-            f"{strategy} · {errors} error(s) · {warnings} warning(s) · validated in {self.last_validation_s * 1000:.0f} ms")
+        self.query_one("#status", Static).update(f"{strategy} · {errors} error(s) · {warnings} warning(s)")
         self.query_one("#back", Button).disabled = state.step == 0
         self.query_one("#next", Button).disabled = state.step == len(STEPS) - 1
 
@@ -125,7 +144,8 @@ class WizardApp(App[int]):
         for pane in self.query(StepPane):
             pane.sync(reload_values)
         if STEP_IDS[self.state.step] == "review":
-            self.query_one(ReviewPane).sync()
+            for review in self.query(ReviewPane):
+                review.sync()
         self._refresh_chrome()
 
     def apply(self, key: str, value: Any) -> None:
@@ -145,12 +165,12 @@ class WizardApp(App[int]):
             self.last_validation_s = time.perf_counter() - start
             self._after_edit()
 
-    def on_review_pane_jump(self, event: ReviewPane.Jump) -> None:
-        self.jump_to(event.key)
+    async def on_review_pane_jump(self, event: ReviewPane.Jump) -> None:
+        await self.jump_to(event.key)
 
-    def jump_to(self, key: str) -> None:
+    async def jump_to(self, key: str) -> None:
         step_id = step_of(key)
-        self._show_step(step_id)
+        await self._show_step(step_id)
         canonical = canonical_key(key)
         pane = self.query_one(f"#step-{step_id}")
         if isinstance(pane, StepPane) and canonical:
@@ -162,11 +182,15 @@ class WizardApp(App[int]):
         if key:
             self.notify(f"{key}: not a field on this step; edit it in the file or the DeepSpeed builder (F7)")
 
-    def _show_step(self, step_id: str) -> None:
+    async def _show_step(self, step_id: str) -> None:
         self.state.goto(step_id)
-        self.query_one("#switcher", ContentSwitcher).current = f"step-{step_id}"
-        if step_id == "review":
+        switcher = self.query_one("#switcher", ContentSwitcher)
+        if not switcher.query_children(f"#step-{step_id}"):
+            await switcher.mount(self._make_pane(step_id))
+            self.steady_cursors(self.screen)
+        elif step_id == "review":
             self.query_one(ReviewPane).sync()
+        switcher.current = f"step-{step_id}"
         self._refresh_chrome()
 
     # -- actions ----------------------------------------------------------------------
@@ -176,9 +200,9 @@ class WizardApp(App[int]):
         if isinstance(self.screen, ModalScreen):
             raise SkipAction()
 
-    def action_goto(self, step_id: str) -> None:
+    async def action_goto(self, step_id: str) -> None:
         self._outside_modals()
-        self._show_step(step_id)
+        await self._show_step(step_id)
         self._focus_first()
 
     def _focus_first(self) -> None:
@@ -190,29 +214,31 @@ class WizardApp(App[int]):
                 widget.focus()
                 return
 
-    def action_next(self) -> None:
+    async def action_next(self) -> None:
         self._outside_modals()
         ok, why = self.state.advance()
         if not ok:
             self.notify(why, severity="warning")
             return
-        self._show_step(STEP_IDS[self.state.step])
+        await self._show_step(STEP_IDS[self.state.step])
         self._focus_first()
 
-    def action_back(self) -> None:
+    async def action_back(self) -> None:
         self._outside_modals()
         if self.state.back():
-            self._show_step(STEP_IDS[self.state.step])
+            await self._show_step(STEP_IDS[self.state.step])
             self._focus_first()
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
+    async def on_button_pressed(self, event: Button.Pressed) -> None:
         actions = {"next": self.action_next, "back": self.action_back, "save": self.action_save,
                    "open-builder": self.action_builder, "open-blocks": self.action_blocks,
                    "hw-apply": self.action_use_detected}
         handler = actions.get(event.button.id or "")
         if handler is not None:
             event.stop()
-            handler()
+            result = handler()
+            if inspect.isawaitable(result):
+                await result
 
     def _saved(self, what: str) -> None:
         self._refresh_chrome()
@@ -229,7 +255,7 @@ class WizardApp(App[int]):
         except OSError as exc:
             self.notify(f"Not saved: {exc}", severity="error")
             return
-        self._saved(f"saved {path}")
+        self._saved(f"saved {display_path(path)}")
 
     def action_save_draft(self) -> None:
         self._outside_modals()
@@ -238,7 +264,7 @@ class WizardApp(App[int]):
         except OSError as exc:
             self.notify(f"Not saved: {exc}", severity="error")
             return
-        self._saved(f"saved draft {path}" + (f" ({len(self.state.errors)} error(s))" if self.state.errors else ""))
+        self._saved(f"saved draft {display_path(path)}" + (f" ({len(self.state.errors)} error(s))" if self.state.errors else ""))
 
     def action_save_compile(self) -> None:
         self._outside_modals()
@@ -247,7 +273,7 @@ class WizardApp(App[int]):
         except (SaveRefused, OSError) as exc:
             self.notify(f"Not saved: {exc}", severity="error")
             return
-        self._saved(f"saved {self.state.path} and compiled -> {out}/")
+        self._saved(f"saved {display_path(self.state.path)} and compiled -> {display_path(out)}/")
 
     def action_builder(self) -> None:
         self._outside_modals()

@@ -90,6 +90,7 @@ class BlocksModal(ModalScreen[list[str] | None]):
                 yield Button("Cancel (esc)", id="blocks-cancel", compact=True)
 
     def on_mount(self) -> None:
+        self.app.steady_cursors(self)
         self.run_detection(refresh=False)
 
     @work(thread=True, exclusive=True, group="blocks")

@@ -63,6 +63,7 @@ class DeepSpeedBuilder(ModalScreen[bool]):
         return [(n, n) for n in self.templates.names()]
 
     def on_mount(self) -> None:
+        self.app.steady_cursors(self)
         if self.state.strategy != "deepspeed":
             self.state.set_strategy("deepspeed")
         self.sync(reload_values=True)

@@ -42,6 +42,7 @@ class FieldRow(Vertical):
         self.info = key_info(key)
         self._initial = value
         self._extra = extra
+        self._shown: tuple[str, ...] = ()
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="field-line"):
@@ -54,7 +55,7 @@ class FieldRow(Vertical):
 
     def _make_input(self, value: Any):
         wid = f"in-{dom_id(self.key)}"
-        if self.info.enum:
+        if self.info.enum:  # a Select of exactly the schema's choices
             options = [(render_value(v), v) for v in self.info.enum]
             initial = value if value in self.info.enum else Select.NULL
             return Select(options, value=initial, allow_blank=initial is Select.NULL, id=wid, classes="field-input",
@@ -81,15 +82,22 @@ class FieldRow(Vertical):
                 widget.value = render_value(value)
 
     def show_diagnostics(self, diags: list[Diagnostic]) -> None:
+        lines = tuple(f"{d.severity}: {d.message}" + (f" — {d.fix}" if d.fix else "") for d in diags)
+        if lines == self._shown:
+            return  # nothing new: skip the re-layout (this runs on every keystroke)
+        self._shown = lines
         box = self.query_one(".field-diags", Static)
-        lines = []
-        for d in diags:
-            lines.append(f"{d.severity}: {d.message}" + (f" — {d.fix}" if d.fix else ""))
         box.update("\n".join(lines))
         box.display = bool(lines)
         self.set_class(any(d.severity == "error" for d in diags), "has-error")
         self.set_class(any(d.severity == "warning" for d in diags), "has-warning")
         box.set_class(any(d.severity == "error" for d in diags), "error")
+
+    def on_descendant_focus(self) -> None:
+        self.add_class("-active")  # the full help text shows for the focused field
+
+    def on_descendant_blur(self) -> None:
+        self.remove_class("-active")
 
     def _emit(self, value: Any) -> None:
         self.post_message(self.Changed(self, self.key, value))

@@ -397,6 +397,14 @@ class SaveRefused(Exception):
     """Saving was refused; the message says why."""
 
 
+def display_path(path: Path) -> str:
+    """`path` relative to the working directory when it lies below it (shorter, and stable)."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def describe_hardware(facts: Any) -> list[str]:
     """Lines describing detected hardware (tuner doctor's HardwareFacts), read defensively
     so that a fake in tests or a newer HardwareFacts both render."""

@@ -13,7 +13,7 @@ from textual.message import Message
 from textual.widgets import Label, OptionList, Static, TabbedContent, TabPane
 from textual.widgets.option_list import Option
 
-from .model import WizardState
+from .model import WizardState, display_path
 
 
 class ReviewPane(VerticalScroll):
@@ -58,7 +58,7 @@ class ReviewPane(VerticalScroll):
         verdict = "ready to save" if result.ok else f"{errors} error(s): save refused (ctrl+r saves a draft)"
         self.query_one("#review-summary", Static).update(
             f"Strategy: [b]{strategy}[/b] · {errors} error(s), {warnings} warning(s) · {verdict}\n"
-            f"Artefacts go to {state.path.parent / 'build'}")
+            f"Artefacts go to {display_path(state.path.parent / 'build')}/")
         options = self.query_one("#diagnostics", OptionList)
         highlighted = options.highlighted
         options.clear_options()

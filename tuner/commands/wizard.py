@@ -14,23 +14,34 @@ from pathlib import Path
 EXIT_USAGE = 2
 
 
-def run(args) -> int:
+class OpenError(Exception):
+    """The settings file cannot be opened for editing."""
+
+
+def build_app(settings: Path | None):
+    """The wizard for `settings` (default ./settings.toml) with the real services."""
     from tuner.tui.app import WizardApp
     from tuner.tui.model import WizardState
     from tuner.tui.services import Services
 
-    path = Path(getattr(args, "settings", None) or "settings.toml")
+    path = Path(settings or "settings.toml")
     if path.is_dir():
         path = path / "settings.toml"
     try:
         state = WizardState.open(path)
     except (OSError, UnicodeDecodeError) as exc:
-        print(f"{path}: error: cannot read: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise OpenError(f"{path}: error: cannot read: {exc}") from None
     except Exception as exc:  # tomlkit's parse errors: the wizard edits valid TOML only
-        print(f"{path}: error: not valid TOML ({exc}); `tuner compile {path}` shows where", file=sys.stderr)
+        raise OpenError(f"{path}: error: not valid TOML ({exc}); `tuner compile {path}` shows where") from None
+    return WizardApp(state, Services())
+
+
+def run(args) -> int:
+    try:
+        app = build_app(getattr(args, "settings", None))
+    except OpenError as exc:
+        print(exc, file=sys.stderr)
         return EXIT_USAGE
-    app = WizardApp(state, Services())
     try:
         code = app.run()
     except KeyboardInterrupt:

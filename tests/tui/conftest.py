@@ -1,0 +1,127 @@
+"""Fixtures for the wizard's tests: no nondeterminism (no cursor blink, fixed hardware
+facts, a fixed target platform, a private HOME and config directory)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tuner.tui.app import WizardApp
+from tuner.tui.fields import dom_id
+from tuner.tui.model import WizardState
+from tuner.tui.services import ServiceUnavailable, Services, Templates
+
+#: What a fake `tuner doctor` reports: two 80 GiB GPUs on CUDA.
+FAKE_FACTS = {
+    "platform": "cuda",
+    "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.6, "capability": "9.0", "bf16": True}] * 2,
+    "host_memory_gib": 503.7,
+    "cpu_count": 32,
+}
+
+FAKE_BLOCKS = {
+    "classes": [
+        {"name": "LlamaDecoderLayer", "total_params": 1_200_000, "occurrences": 2,
+         "sample_paths": ["model.layers.0"]},
+        {"name": "LlamaAttention", "total_params": 500_000, "occurrences": 2, "sample_paths": ["model.layers.0.self_attn"]},
+        {"name": "Embedding", "total_params": 262_144, "occurrences": 1, "sample_paths": ["model.embed_tokens"]},
+    ],
+    "no_split_modules": ["LlamaDecoderLayer"],
+    "suggestions": ["LlamaDecoderLayer"],
+    "cached": False,
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """Run `async def` tests (Textual's Pilot is async) without an async pytest plugin."""
+    if inspect.iscoroutinefunction(pyfuncitem.obj):
+        args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+        asyncio.run(pyfuncitem.obj(**args))
+        return True
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _wizard_env(tmp_path, monkeypatch):
+    """A private HOME and working directory; the compiler's platform probe fixed to CPU."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("TUNER_PLATFORM", "cpu")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return work
+
+
+class Calls:
+    def __init__(self) -> None:
+        self.log: list[tuple[str, Any]] = []
+
+
+def fake_services(tmp_path: Path, blocks: Any = FAKE_BLOCKS, calls: Calls | None = None) -> Services:
+    calls = calls or Calls()
+
+    def detect(model, family, flavour, refresh):
+        calls.log.append(("detect", (model, family, flavour, refresh)))
+        if isinstance(blocks, Exception):
+            raise blocks
+        return {**blocks, "cached": not refresh}
+
+    def clear_detection():
+        calls.log.append(("clear_detection", None))
+        return 3
+
+    def clear_offload(path):
+        calls.log.append(("clear_offload", path))
+        return 1
+
+    return Services(hardware=lambda: FAKE_FACTS, blocks=detect, clear_detection_cache=clear_detection,
+                    clear_offload_cache=clear_offload, estimate=lambda text, path: None,
+                    templates=Templates(tmp_path / "home" / "templates"))
+
+
+def unavailable_services(tmp_path: Path) -> Services:
+    def missing(*_a, **_k):
+        raise ServiceUnavailable("Block detection is not available in this tuner (tuner.runtime.blocks is missing)")
+    return Services(hardware=None, blocks=missing, estimate=lambda text, path: None,
+                    templates=Templates(tmp_path / "home" / "templates"))
+
+
+def make_app(path: Path, text: str | None = None, services: Services | None = None, facts: Any = FAKE_FACTS,
+             tmp_path: Path | None = None) -> WizardApp:
+    """The wizard on `path` with fixed hardware facts (no detection thread) and no blink."""
+    if text is not None:
+        path.write_text(text, encoding="utf-8")
+    state = WizardState.open(path)
+    state.hardware = facts
+    return WizardApp(state, services or fake_services(tmp_path or path.parent), detect_hardware=False,
+                     cursor_blink=False)
+
+
+def widget(app: WizardApp, key: str):
+    return app.screen.query_one(f"#in-{dom_id(key)}")
+
+
+async def type_into(pilot, key: str, text: str) -> None:
+    """Focus the field for `key`, clear it, type `text` key by key (as a person would)."""
+    field = widget(pilot.app, key)
+    field.focus()
+    await pilot.pause()
+    field.value = ""
+    await pilot.press(*list(text))
+    await pilot.pause()
+
+
+async def choose(pilot, key: str, value: Any) -> None:
+    """Pick `value` in the Select for `key` (sends Select.Changed as a keyboard choice does)."""
+    select = widget(pilot.app, key) if "." in key else pilot.app.screen.query_one(f"#{key}")
+    select.focus()
+    select.value = value
+    await pilot.pause()
