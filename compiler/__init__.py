@@ -100,6 +100,8 @@ def _finish(src: Source, n, diags: Diagnostics, base_dir: Path, out_dir: Path | 
     if plan.uses_deepspeed:
         ds_cfg, s = deepspeed_config.build(s, plan.data_parallel_size, n.explicit, diags, base_dir,
                                            model_facts.nvme_bytes(s, plan))
+        # The raw config may set the stage and the batch factors: the plan follows them.
+        plan.strategy = f"zero{s.deepspeed.zero_stage}"
         plan.global_batch_size = ds_cfg.get("train_batch_size", plan.global_batch_size)
         ds_text = emit.render_json(ds_cfg)
 
