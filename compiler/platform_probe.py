@@ -19,6 +19,11 @@ def detect_platform() -> str:
     forced = os.environ.get("TUNER_PLATFORM", "").strip().lower()
     if forced in ("cuda", "rocm", "mps", "cpu"):
         return forced
+    from .hardware import local_facts  # injected ($TUNER_HARDWARE_FACTS) or saved by `tuner doctor`
+
+    facts = local_facts()
+    if facts is not None and facts.platform in ("cuda", "rocm", "mps", "cpu"):
+        return facts.platform
     if platform.system() == "Darwin":
         return "mps" if platform.machine() == "arm64" else "cpu"
     if Path("/dev/kfd").exists() or shutil.which("rocm-smi"):
