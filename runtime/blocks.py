@@ -149,12 +149,8 @@ def _build(spec: ModelSpec, device: str):
 def build_model(model: str, family: str | None = None, flavour: str = "", device: str = "meta"):
     """The model `model` describes, built on `device` (``meta``: no memory) from config only."""
     spec = model if isinstance(model, ModelSpec) else resolve(model, family, flavour)
-    if spec.library == "transformers" and device == "meta":
-        # Initialising weights on the meta device does nothing; skip the walk over modules.
-        from transformers.initialization import no_init_weights
-
-        with no_init_weights():
-            return _build(spec, device)
+    # Not under transformers' no_init_weights: it also skips tying (tied embeddings would
+    # count twice), and initialising meta tensors costs next to nothing anyway.
     return _build(spec, device)
 
 
