@@ -174,6 +174,7 @@ class Trainer:
         self.model, self.optimizer, self.train_loader, self.scheduler = self.acc.prepare(
             self.model, self.optimizer, train_loader, self.scheduler)
         self.val_loader = self.acc.prepare(self._loader(self.val_ds, shuffle=False)) if self.val_ds else None
+        self.fam.on_prepared(self.model, self.acc)
 
     def summarise(self) -> None:
         unwrapped = self.acc.unwrap_model(self.model)
@@ -212,6 +213,7 @@ class Trainer:
         meta = ckpt.read_meta(path)
         ckpt.check_compatible(meta, self.strategy, self._state_dict_type(), self.world, path)
         self.acc.load_state(str(path))
+        self.fam.load_state(path, self.acc)
         self.step, self.epoch = meta.step, meta.epoch
         self.batches_in_epoch, self.tokens_seen = meta.batches_in_epoch, meta.tokens_seen
         self.say(f"resumed from {path} at step {self.step} (epoch {self.epoch}, batch {self.batches_in_epoch})")
@@ -255,6 +257,7 @@ class Trainer:
                 if not self.acc.sync_gradients:
                     continue
                 self.step += 1
+                self.fam.on_optimizer_step(self.model, self.step)
                 self.tokens_seen += step_units * self.world
                 metrics = None
                 if t.log_every and (self.step % t.log_every == 0 or self.step == self.total_steps):
@@ -285,6 +288,7 @@ class Trainer:
     def validate(self) -> dict[str, float]:
         if self.val_loader is None:
             return {}
+        self.fam.ctx.extra.update(step=self.step, output_dir=str(self.out))
         self.model.eval()
         metrics = self.fam.evaluate(self.model, self.val_loader, self.acc)
         self.model.train()
@@ -299,6 +303,7 @@ class Trainer:
             self.ckdir.mkdir(parents=True, exist_ok=True)
         self.acc.wait_for_everyone()
         self.acc.save_state(str(tmp))
+        self.fam.save_state(tmp, self.acc)
         self.acc.wait_for_everyone()  # every rank has written its part
         final = self.ckdir / ckpt.step_dir_name(self.step)
         if self.main:
@@ -319,6 +324,7 @@ class Trainer:
             self.validate()
         if self.trace_dir:
             self._trace_logits()
+        self.fam.on_train_end(self.model, self.acc)
         if self.s.checkpoint.export:
             self.export(self.out / "final")
         if self.trace_dir:

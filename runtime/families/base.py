@@ -62,7 +62,9 @@ class FamilyContext:
     rank: int = 0
     world_size: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
-    """Free-form values a family may need from the runtime (kept for forward compatibility)."""
+    """Free-form values a family may need from the runtime (kept for forward compatibility).
+    Before each validation the trainer sets ``step`` (optimizer steps done) and
+    ``output_dir`` (the run's output folder), e.g. for OUTPUT_DIR/validation/step-N/."""
 
     def resolve(self, path: str) -> Path:
         p = Path(path).expanduser()
@@ -157,6 +159,23 @@ class Family:
     def ema_parameters(self, model: "torch.nn.Module") -> Iterable["torch.nn.Parameter"]:
         """Parameters an EMA shadows (default: the trainable ones)."""
         return self.trainable_parameters(model)
+
+    # -- run hooks (optional; all no-ops by default) -----------------------------------
+    # Called by the trainer on EVERY rank, so a hook may use collectives.
+    def on_prepared(self, model: "torch.nn.Module", accelerator: Any) -> None:
+        """After ``accelerator.prepare``: the model is wrapped/sharded (e.g. create EMA shadows)."""
+
+    def on_optimizer_step(self, model: "torch.nn.Module", step: int) -> None:
+        """After each optimizer step (``step`` is the new step count), e.g. an EMA update."""
+
+    def save_state(self, folder: Path, accelerator: Any) -> None:
+        """Add family state (e.g. EMA) to a checkpoint folder being written (before it is published)."""
+
+    def load_state(self, folder: Path, accelerator: Any) -> None:
+        """Restore what `save_state` wrote, after ``accelerator.load_state`` on resume."""
+
+    def on_train_end(self, model: "torch.nn.Module", accelerator: Any) -> None:
+        """After the last step, before `export` (e.g. gather EMA weights for export)."""
 
     def describe(self) -> str:
         """One line for the start-of-run summary."""

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from .base import Family, FamilyContext, FamilyError
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -70,15 +72,16 @@ def build_tiny_tokenizer(save_dir: str | Path | None = None):
 
 def tiny_bert_config(vocab_size: int):
     """A two-layer, 32-wide BERT: seconds per hundred steps on one CPU core."""
-    try:  # the shared registry of tiny configurations, when the runtime ships one
-        from .. import tiny_configs  # type: ignore[attr-defined]
-
-        cfg = tiny_configs.get("tiny-bert")  # type: ignore[attr-defined]
-        cfg.vocab_size = vocab_size
-        return cfg
-    except Exception:
-        pass
     from transformers import BertConfig
+
+    try:  # the shared registry of tiny configurations (what `tuner blocks` inspects)
+        from ..tiny_configs import config_dict
+
+        cfg = {k: v for k, v in config_dict("tiny-bert").items() if k not in ("model_type", "architectures")}
+        cfg["vocab_size"] = vocab_size
+        return BertConfig(**cfg)
+    except (ImportError, KeyError):
+        pass
 
     return BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                       intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
@@ -438,3 +441,156 @@ def load_exported(folder: str | Path) -> tuple[EmbeddingModel, Any]:
     meta = json.loads((folder / EXPORT_META).read_text())
     encoder = AutoModel.from_pretrained(str(folder))
     return EmbeddingModel(encoder, meta["pooling"]).eval(), AutoTokenizer.from_pretrained(str(folder))
+
+
+# --- the family ------------------------------------------------------------------------------
+
+class EmbeddingFamily(Family):
+    """Contrastive training of a sentence encoder on query/positive pairs."""
+
+    name = "embedding"
+    unit = "pairs"
+
+    def __init__(self, ctx: FamilyContext) -> None:
+        super().__init__(ctx)
+        self._tokenizer = None
+        self.val_rows: list[dict] = []
+
+    def _path(self) -> str:
+        p = self.settings.model.path.strip()
+        return p if p == "builtin" or p.startswith("builtin:") else str(self.ctx.resolve(p))
+
+    def tokenizer(self):
+        if self._tokenizer is None:
+            kind, folder = self._resolve()
+            if kind == "tiny":
+                self._tokenizer = build_tiny_tokenizer()
+            else:
+                from transformers import AutoTokenizer
+
+                self._tokenizer = AutoTokenizer.from_pretrained(str(folder))
+                if self._tokenizer.pad_token is None:
+                    self._tokenizer.pad_token = self._tokenizer.eos_token
+        return self._tokenizer
+
+    def _resolve(self):
+        try:
+            return resolve_model_path(self._path())
+        except (ValueError, RuntimeError) as exc:
+            raise FamilyError(str(exc)) from None
+
+    def _encoder(self, meta: bool = False):
+        from transformers import AutoConfig, AutoModel, BertModel
+
+        kind, folder = self._resolve()
+        if kind == "tiny":
+            cfg = tiny_bert_config(len(self.tokenizer()))
+            if meta:
+                with torch.device("meta"):
+                    return BertModel(cfg, add_pooling_layer=False)
+            return BertModel(cfg, add_pooling_layer=False)
+        if meta:
+            with torch.device("meta"):
+                return AutoModel.from_config(AutoConfig.from_pretrained(str(folder)))
+        enc = AutoModel.from_pretrained(str(folder), dtype=torch.float32)
+        return enc
+
+    # -- model ----------------------------------------------------------------------
+    def build_model(self, meta: bool = False):
+        enc = self._encoder(meta)
+        if getattr(enc, "pooler", None) is not None:  # unused by every pooling mode here
+            enc.pooler = None
+        return EmbeddingModel(enc, self.settings.model.pooling)
+
+    def prepare_model(self, model):
+        s = self.settings
+        if s.training.gradient_checkpointing and hasattr(model.encoder, "gradient_checkpointing_enable"):
+            model.encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if s.model.type == "lora":
+            m = s.model
+            try:
+                model = apply_lora(model, m.lora_rank, m.lora_alpha, m.lora_dropout, m.lora_target_modules)
+            except ValueError as exc:
+                raise FamilyError(str(exc)) from None
+        return model
+
+    def wrap_classes(self, model) -> list[str]:
+        enc = model.encoder
+        base = enc.get_base_model() if hasattr(enc, "get_base_model") else enc
+        return list(getattr(base, "_no_split_modules", None) or [])
+
+    # -- data -----------------------------------------------------------------------
+    def build_datasets(self):
+        d = self.settings.data
+        try:
+            rows = read_pairs("builtin" if d.path == "builtin" else self.ctx.resolve(d.path))
+            if d.validation_path:
+                train, val = rows, read_pairs(self.ctx.resolve(d.validation_path))
+            else:
+                train, val = split_pairs(rows, d.validation_split, seed=self.ctx.seed)
+        except (OSError, ValueError) as exc:
+            raise FamilyError(f"embedding data: {exc}") from None
+        self.val_rows = val
+        return PairDataset(train), (PairDataset(val) if val else None)
+
+    def collate(self, samples):
+        return PairCollator(self.tokenizer(), self.settings.data.seq_len)(samples)
+
+    def batch_units(self, batch) -> int:
+        n_neg = int(batch["num_negatives"])
+        return int(batch["input_ids"].shape[0]) // (2 + n_neg)
+
+    # -- optimisation ---------------------------------------------------------------
+    def loss(self, model, batch):
+        n_neg = int(batch["num_negatives"])
+        bsz = int(batch["input_ids"].shape[0]) // (2 + n_neg)
+        emb = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        m = self.settings.model
+        return contrastive_loss(emb, bsz, n_neg, m.temperature, m.mrl_dims)
+
+    def evaluate(self, model, batches, accelerator) -> dict[str, float]:
+        """Held-out retrieval: every rank embeds its share, the embeddings are gathered, and
+        each query ranks the positives of the WHOLE held-out split (recall@1, MRR), plus
+        the contrastive loss, at full width and per Matryoshka dimension."""
+        qs, ps, losses = [], [], []
+        with torch.no_grad():
+            for batch in batches:
+                n_neg = int(batch["num_negatives"])
+                bsz = int(batch["input_ids"].shape[0]) // (2 + n_neg)
+                emb = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).float()
+                both = torch.cat([emb[:bsz], emb[bsz: 2 * bsz]], dim=1)
+                both = accelerator.gather_for_metrics(both)
+                width = both.shape[1] // 2
+                qs.append(both[:, :width].cpu())
+                ps.append(both[:, width:].cpu())
+        q, p = torch.cat(qs), torch.cat(ps)
+        metrics = retrieval_metrics(q, p)
+        for d in self.settings.model.mrl_dims:
+            if d < q.shape[-1]:
+                for k, v in retrieval_metrics(q[:, :d], p[:, :d]).items():
+                    metrics[f"{k}@dim{d}"] = v
+        qn, pn = F.normalize(q, dim=-1), F.normalize(p, dim=-1)
+        logits = qn @ pn.T / self.settings.model.temperature
+        metrics["val_loss"] = float(F.cross_entropy(logits, torch.arange(q.shape[0])))
+        return metrics
+
+    # -- export ---------------------------------------------------------------------
+    def export(self, state_dict, out_dir: Path) -> None:
+        model = self.prepare_model_for_export()
+        state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state_dict.items()}
+        try:
+            export_embedding_model(model, self.tokenizer(), out_dir, self.settings.model.mrl_dims, state_dict=state)
+        except RuntimeError as exc:
+            raise FamilyError(str(exc)) from None
+
+    def prepare_model_for_export(self) -> EmbeddingModel:
+        model = self.build_model()
+        m = self.settings.model
+        if m.type == "lora":
+            model = apply_lora(model, m.lora_rank, m.lora_alpha, m.lora_dropout, m.lora_target_modules)
+        return model
+
+    def describe(self) -> str:
+        m = self.settings.model
+        extra = f", mrl {m.mrl_dims}" if m.mrl_dims else ""
+        return f"embedding ({m.path}), {m.pooling} pooling, InfoNCE t={m.temperature}{extra}"
