@@ -2,6 +2,8 @@
 
 Pure Python except for one case: when the settings target a GPU platform, state no GPU
 memory and no saved or injected hardware facts exist, the doctor is asked (imports torch).
+Capacities: stated in the settings > injected or saved facts > the doctor > this machine's
+RAM (only when this machine is the target platform).
 """
 
 from __future__ import annotations
@@ -28,19 +30,17 @@ def _facts(settings):
             from tuner.runtime.doctor import collect
 
             facts = collect(probe_ops=False)
-            return facts if facts.platform == settings.hardware.platform else _host_only(facts)
+            return facts if facts.platform == settings.hardware.platform else None  # not the target
         except ImportError:
             pass
+    from tuner.compiler.platform_probe import detect_platform
+
     total, available = hardware.host_memory_bytes()
-    if settings.hardware.num_machines == 1 and total:
+    # This machine's RAM says something only when this machine is the target.
+    if settings.hardware.num_machines == 1 and total and detect_platform() == settings.hardware.platform:
         return hardware.HardwareFacts(platform=settings.hardware.platform, host_memory_bytes=total,
                                       host_available_bytes=available, source="this machine")
     return None
-
-
-def _host_only(facts):
-    facts.gpus = []
-    return facts
 
 
 def run(args) -> int:
