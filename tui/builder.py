@@ -47,10 +47,11 @@ class DeepSpeedBuilder(ModalScreen[bool]):
                         yield FieldRow(key, self.state.value(key))
                     yield Label("Templates", classes="field-label")
                     with Horizontal(classes="field-line"):
-                        yield Input(placeholder="template name", id="template-name")
+                        yield Input(placeholder="template name", id="template-name", classes="field-input", compact=True)
                         yield Button("Save (ctrl+t)", id="template-save", classes="inline-button", compact=True)
                     with Horizontal(classes="field-line"):
-                        yield Select(self._template_options(), id="template-pick", prompt="saved templates")
+                        yield Select(self._template_options(), id="template-pick", prompt="saved templates",
+                                     classes="field-input", compact=True)
                         yield Button("Load (ctrl+l)", id="template-load", classes="inline-button", compact=True)
                 with VerticalScroll(id="builder-preview"):
                     yield Static("", id="builder-diags", classes="field-diags")

@@ -244,9 +244,9 @@ class WizardState:
 
     def set(self, key: str, value: Any) -> bool:
         """Set canonical `key`; returns False (and writes nothing) when nothing changes."""
-        unchanged = value == self.values.get(key) and type(value) is type(self.values.get(key))
-        if unchanged and (self.document.is_written(key) or value == key_info(key).default):
-            return False
+        current = self.values.get(key)
+        if value == current and type(value) is type(current):
+            return False  # widgets echo values back on mount; never write what is already so
         self.document.set(key, value)
         self.validate()
         return True

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from tuner.tui.app import WizardApp
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 from tuner.tui.fields import dom_id
 from tuner.tui.model import WizardState
 from tuner.tui.services import ServiceUnavailable, Services, Templates
