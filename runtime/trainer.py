@@ -8,6 +8,7 @@ narrow correction in `cpu_shim`). `Trainer.train()` reads like its table of cont
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -346,7 +347,8 @@ class Trainer:
                 import shutil
 
                 shutil.rmtree(tmp)
-            self.fam.export(state, tmp)
+            with plain_model_init():
+                self.fam.export(state, tmp)
             if out_dir.exists():
                 import shutil
 
@@ -364,6 +366,24 @@ class Trainer:
             out = self.model(input_ids=batch["input_ids"])
         self.model.train()
         self.trace["logits"] = out.logits.float().cpu()[:, :4, :8].tolist()
+
+
+@contextlib.contextmanager
+def plain_model_init():
+    """Build models without DeepSpeed's ZeRO-3 `zero.Init` (which transformers applies while a
+    ZeRO-3 config is registered): export runs on rank 0 alone, and a partitioned init would
+    wait forever for the other ranks."""
+    try:
+        from transformers.integrations import deepspeed as hf_ds
+    except ImportError:
+        yield
+        return
+    saved = hf_ds._hf_deepspeed_config_weak_ref
+    hf_ds._hf_deepspeed_config_weak_ref = None
+    try:
+        yield
+    finally:
+        hf_ds._hf_deepspeed_config_weak_ref = saved
 
 
 def _row_keys(batch: dict[str, torch.Tensor]) -> list[int]:

@@ -27,6 +27,23 @@ def _orphan_watchdog(poll_s: float = 2.0) -> None:
     threading.Thread(target=watch, name="tuner-orphan-watchdog", daemon=True).start()
 
 
+def _shutdown() -> None:
+    """Leave after a successful run without C++ teardown races.
+
+    DeepSpeed's CPU comm op and gloo threads can abort the interpreter's final teardown
+    ("terminate called without an active exception"), turning a finished run into a
+    SIGABRT. Everything is written and synchronised at this point, so flush and exit.
+    """
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="tuner.runtime.worker")
     p.add_argument("build_dir")
@@ -44,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         from .trainer import Trainer
 
         Trainer(arts, resume=args.resume, max_steps=args.max_steps).train()
+        _shutdown()
     except (RunError, FamilyError) as exc:
         if rank == "0":
             print(f"tuner run: {exc}", file=sys.stderr, flush=True)
