@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}")
         print(f"7B config: {detected['total_parameters']:,} parameters, suggested {detected['suggested']}, "
-              f"meta build {detected['seconds']:.2f} s inside the process")
+              f"meta build + inspection {detected['seconds']:.2f} s inside the process (the rest is imports)")
         print(f"blocks 7B (meta, --refresh): {det_wall:6.2f} s wall  {det_peak:7.0f} MB peak RSS "
               f"(median of {len(runs)}: walls {', '.join(f'{w:.2f}' for w in walls)})")
         print(f"blocks 7B (cached):          {cached_wall:6.2f} s wall  {cached_peak:7.0f} MB peak RSS")

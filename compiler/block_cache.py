@@ -82,6 +82,7 @@ class DetectionResult:
     config_file: str = ""
     config_sha256: str = ""
     seconds: float = 0.0
+    """Time to build and inspect the model (library imports excluded)."""
     cached: bool = False
     warnings: list[str] = field(default_factory=list)
 

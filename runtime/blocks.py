@@ -146,6 +146,15 @@ def _build(spec: ModelSpec, device: str):
             raise DetectionError(f"cannot build a {spec.family} model from {spec.model}: {exc}") from None
 
 
+def _import_libraries(spec: ModelSpec) -> None:
+    import torch  # noqa: F401
+
+    if spec.library == "diffusers":
+        import diffusers  # noqa: F401
+    else:
+        import transformers.modeling_utils  # noqa: F401 - what every model class imports
+
+
 def build_model(model: str, family: str | None = None, flavour: str = "", device: str = "meta"):
     """The model `model` describes, built on `device` (``meta``: no memory) from config only."""
     spec = model if isinstance(model, ModelSpec) else resolve(model, family, flavour)
@@ -260,6 +269,7 @@ def detect(model: str, family: str | None = None, flavour: str = "", refresh: bo
         cached = block_cache.get(spec.model, spec.family, spec.flavour)
         if cached is not None:
             return cached
+    _import_libraries(spec)  # most of a detection's time; kept out of `seconds`
     start = time.perf_counter()
     module = build_model(spec, device="meta")
     classes, numels, total = inspect(module)
