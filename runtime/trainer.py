@@ -189,8 +189,11 @@ class Trainer:
         held = rank_state_bytes(self.model, self.optimizer)
         counts = torch.tensor([local, held["params"]], dtype=torch.float64, device=self.acc.device)
         gathered = self.acc.gather(counts.unsqueeze(0)).cpu().tolist()
-        self.trace.update(total_params=total, local_params=local, param_types=sorted(
-            {type(p).__name__ for p in unwrapped.parameters()}))
+        from torch.distributed.tensor import DTensor
+
+        self.trace.update(total_params=total, local_params=local,
+                          dtensor_params=sum(isinstance(p, DTensor) for p in unwrapped.parameters()),
+                          n_params=sum(1 for _ in unwrapped.parameters()))
         self.say(f"tuner run: {self.strategy} on {self.world} rank(s) ({self.acc.distributed_type.name}, "
                  f"{self.acc.device.type}); model {self.fam.describe()}")
         self.say(f"parameters: {total:,} total, {trainable:,} trainable")

@@ -1,0 +1,132 @@
+"""Helpers for runtime tests: write a settings file, run `tuner run` as a user would, read results.
+
+Runs use a tiny Llama (hidden 32, 2 layers), 32-token rows and a 64-row training set cut
+from the bundled corpus, so one epoch is 8 optimizer steps at micro batch 4 on 2 ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROWS = 64  # about: 36 documents pack into ~64 rows
+SEQ = 32
+
+BASE = {
+    "model": {"family": "causal_lm", "path": "builtin:micro-llama"},
+    "hardware": {"platform": "cpu", "num_processes": 2},
+    "data": {"path": "train.jsonl", "validation_path": "val.jsonl", "seq_len": SEQ},
+    "training": {"micro_batch_size": 4, "learning_rate": 1e-2, "max_steps": 10, "warmup_steps": 2,
+                 "validation_every": 5, "max_grad_norm": 1.0},
+    "checkpoint": {"every_steps": 5, "keep_last": 3},
+    "output": {"dir": "out"},
+}
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return repr(v)
+
+
+def to_toml(settings: dict) -> str:
+    lines = []
+    for section, values in settings.items():
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def merged(**sections) -> dict:
+    out = {k: dict(v) for k, v in BASE.items()}
+    for name, values in sections.items():
+        out.setdefault(name, {}).update(values)
+    return out
+
+
+def write_data(d: Path) -> None:
+    """Training docs that pack into exactly ROWS rows of SEQ tokens, and a few validation docs."""
+    from tuner.runtime.families.causal_lm import bundled_dir
+
+    docs = [json.loads(line)["text"] for line in (bundled_dir() / "corpus.jsonl").read_text().splitlines()]
+    # ~40 tokens per sentence-group: take enough docs for ROWS rows, then trim in the family.
+    (d / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs[:36]))
+    (d / "val.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs[-12:]))
+
+
+@dataclass
+class Run:
+    dir: Path
+    proc: subprocess.CompletedProcess
+    elapsed: float
+    traces: dict[int, dict] = field(default_factory=dict)
+
+    @property
+    def out(self) -> Path:
+        return self.dir / "out"
+
+    @property
+    def output(self) -> str:
+        return self.proc.stdout + self.proc.stderr
+
+    def metrics(self) -> list[dict]:
+        p = self.out / "metrics.jsonl"
+        return [json.loads(x) for x in p.read_text().splitlines()] if p.is_file() else []
+
+    def losses(self) -> dict[int, float]:
+        return {m["step"]: m["loss"] for m in self.metrics() if "loss" in m}
+
+
+def tuner_env(extra: dict | None = None) -> dict:
+    env = {**os.environ, "TUNER_PG_TIMEOUT": "60", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env.update(extra or {})
+    return env
+
+
+def tuner_run(d: Path, settings: dict, *args: str, timeout: float = 400, trace: bool = True,
+              env: dict | None = None, edit_build=None) -> Run:
+    """Write settings.toml (and data) into `d`, then `python -m tuner run` it.
+
+    `edit_build(build_dir)`, when given, compiles first and edits the artefacts, then runs
+    the build directory (how a user hand-tunes deepspeed.json).
+    """
+    d.mkdir(parents=True, exist_ok=True)
+    if not (d / "train.jsonl").exists():
+        write_data(d)
+    (d / "settings.toml").write_text(to_toml(settings))
+    target = d / "settings.toml"
+    if edit_build is not None:
+        c = subprocess.run([sys.executable, "-m", "tuner", "compile", str(target), "-q"], capture_output=True,
+                           text=True, env=tuner_env())
+        assert c.returncode == 0, c.stderr
+        edit_build(d / "build")
+        target = d / "build"
+    extra = {"TUNER_TRACE_DIR": str(d / "trace")} if trace else {}
+    extra.update(env or {})
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "tuner", "run", str(target), *args], cwd=d, capture_output=True,
+                          text=True, timeout=timeout, env=tuner_env(extra))
+    run = Run(d, proc, time.monotonic() - t0)
+    for r in (0, 1):
+        p = d / "trace" / f"rank{r}.json"
+        if p.is_file():
+            run.traces[r] = json.loads(p.read_text())
+    return run
+
+
+def assert_ok(run: Run) -> None:
+    assert run.proc.returncode == 0, run.output[-6000:]
+
+
