@@ -14,14 +14,14 @@ fi
 . .venv/bin/activate
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 if ! python -c "import torch" >/dev/null 2>&1; then
-    echo "installing ${TUNER_TORCH:-torch==2.13.0} ..."
+    echo "installing ${TUNER_TORCH:-torch==2.13.0} ... (log: .venv/install.log)"
     # shellcheck disable=SC2086
-    pip install -q ${TUNER_TORCH:-torch==2.13.0}
+    pip install ${TUNER_TORCH:-torch==2.13.0} >>.venv/install.log 2>&1 || { tail -30 .venv/install.log; exit 1; }
 fi
 # Re-install only when pyproject.toml changed since the last successful install.
 stamp=.venv/.tuner-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "installing tuner and its dependencies ..."
-    pip install -q -e ".[all]"
+    echo "installing tuner and its dependencies ... (log: .venv/install.log)"
+    pip install -e ".[all]" >>.venv/install.log 2>&1 || { tail -30 .venv/install.log; exit 1; }
     touch "$stamp"
 fi
