@@ -259,6 +259,15 @@ def get(model: str, family: str, flavour: str = "") -> DetectionResult | None:
     return result
 
 
+def find(model: str, family: str, flavour: str = "") -> DetectionResult | None:
+    """`get`, falling back to a detection made without a flavour (a plain
+    ``tuner blocks PATH``) when the settings name one; what the compiler uses."""
+    found = get(model, family, flavour)
+    if found is None and flavour:
+        found = get(model, family, "")
+    return found
+
+
 def put(result: DetectionResult) -> Path:
     """Store a result (atomically); returns the cache file."""
     entries = _read()

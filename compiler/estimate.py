@@ -205,7 +205,7 @@ def model_size(s: Settings, base_dir: Path | None = None) -> tuple[ModelSize | N
     m = s.model
     builtin = tiny_configs.is_builtin(m.path)
     location = m.path if builtin else str(_resolve_model_path(m.path, base_dir))
-    cached = block_cache.get(location, m.family, m.flavour)
+    cached = block_cache.find(location, m.family, m.flavour)
     if cached is not None:
         hist = {int(k): int(v) for k, v in cached.param_numels.items()}
         return (ModelSize(cached.total_parameters, "detection", hist, cached.largest_block_parameters,
@@ -595,7 +595,7 @@ class Estimate:
             cap.append(f"host {gib(self.host_capacity)}")
         lines.append("capacity: " + (", ".join(cap) + f" ({self.capacity_source})" if cap else
                                      "unknown (state hardware.gpu_memory_gib / host_memory_gib or run tuner doctor)"))
-        header = (f"  {'strategy':<24}{'params':>9}{'grads':>9}{'optim':>9}{'master':>9}{'activ':>9}"
+        header = (f"  {'strategy':<33}{'params':>9}{'grads':>9}{'optim':>9}{'master':>9}{'activ':>9}"
                   f"{'buffers':>9}{'per GPU':>10}{'host/rank':>10}{'per host':>10}{'NVMe':>9}  fits")
         lines += ["", "per rank, GiB (params..buffers on the device; offloaded state under host/NVMe)", header,
                   "  " + "-" * (len(header) - 2)]
@@ -604,7 +604,7 @@ class Estimate:
             mark = ">" if r is self.chosen else " "
             fits = {True: "yes", False: "NO", None: "?"}[_fits(r)]
             label = r.label + (" (chosen)" if r is self.chosen else "")
-            lines.append(f"{mark} {label:<24}{_g(d.params):>9}{_g(d.grads):>9}{_g(d.optimizer):>9}{_g(d.master):>9}"
+            lines.append(f"{mark} {label:<33}{_g(d.params):>9}{_g(d.grads):>9}{_g(d.optimizer):>9}{_g(d.master):>9}"
                          f"{_g(d.activations):>9}{_g(d.buffers):>9}{_g(r.per_gpu or d.total):>10}"
                          f"{_g(r.host.total):>10}{_g(r.per_host):>10}{_g(r.nvme_per_host):>9}  {fits}")
         c = self.chosen

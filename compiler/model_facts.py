@@ -43,7 +43,7 @@ def known_classes(s: Settings, base_dir: Path | None) -> tuple[set[str] | None, 
     m = s.model
     builtin = tiny_configs.is_builtin(m.path)
     location = m.path if builtin else str(_estimate._resolve_model_path(m.path, base_dir))
-    cached = block_cache.get(location, m.family, m.flavour)
+    cached = block_cache.find(location, m.family, m.flavour)
     if cached is not None:
         return cached.class_names(), list(cached.suggested), "block detection (cached)"
     if builtin:
