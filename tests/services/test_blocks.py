@@ -141,3 +141,17 @@ def test_cli_blocks_json_cache_and_clear(models):
     assert not block_cache.cache_path().exists()
     bad = run_tuner("blocks", path, "--family", "sdxl")
     assert bad.returncode == 2 and "Unknown model_family" in bad.stderr
+
+
+def test_cli_cache_clear_offload_needs_the_settings(tmp_path):
+    missing = run_tuner("cache", "clear", "offload")
+    assert missing.returncode == 2 and "deepspeed.nvme_path" in missing.stderr
+    both = run_tuner("cache", "clear")
+    assert both.returncode == 0 and "block-detection cache" in both.stdout and "skipped" in both.stdout
+    (tmp_path / "swap").mkdir()
+    settings = tmp_path / "settings.toml"
+    settings.write_text('[model]\npath = "builtin:tiny-llama"\n[hardware]\nplatform = "cuda"\n'
+                        '[deepspeed]\nenabled = true\nzero_stage = 3\noffload_param = "nvme"\nnvme_path = "swap"\n')
+    cleaned = run_tuner("cache", "clear", "offload", str(settings))
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert f"offload cache at {tmp_path / 'swap'}" in cleaned.stdout
