@@ -38,7 +38,7 @@ def parse_detection(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[st
     for item in raw:
         classes.append({
             "name": str(_first(item, "name", "class_name", "cls", "class", default="?")),
-            "params": int(_first(item, "total_params", "params", "num_params", "parameters", default=0) or 0),
+            "params": int(_first(item, "parameters", "total_params", "params", "num_params", default=0) or 0),
             "occurrences": int(_first(item, "occurrences", "count", "instances", default=0) or 0),
             "paths": list(_first(item, "sample_paths", "paths", "examples", default=[]) or []),
         })
@@ -46,6 +46,16 @@ def parse_detection(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[st
     suggestions = list(_first(data, "suggestions", "suggested", "suggested_classes", default=[]) or [])
     cached = bool(_first(data, "cached", "from_cache", default=False))
     return classes, no_split, suggestions, cached
+
+
+def summary(data: dict[str, Any]) -> str:
+    """``LlamaForCausalLM (transformers), 1.2M parameters`` where the result says so."""
+    parts = []
+    if data.get("model_class"):
+        parts.append(str(data["model_class"]) + (f" ({data['library']})" if data.get("library") else ""))
+    if data.get("total_parameters"):
+        parts.append(f"{human(int(data['total_parameters']))} parameters")
+    return ", ".join(parts)
 
 
 def human(n: int) -> str:
@@ -117,7 +127,9 @@ class BlocksModal(ModalScreen[list[str] | None]):
         classes, no_split, suggestions, cached = parse_detection(data)
         if not self.selected:
             self.selected = set(suggestions)
-        status.update(f"{len(classes)} module classes" + (" (cached; F5 refreshes)" if cached else "")
+        about = summary(data)
+        status.update((f"{about} · " if about else "") + f"{len(classes)} module classes"
+                      + (" (cached; F5 refreshes)" if cached else "")
                       + (f" · suggested: {', '.join(suggestions)}" if suggestions else ""))
         self.query_one("#blocks-badges", Static).update(
             "_no_split_modules: " + " ".join(f"[reverse] {n} [/]" for n in no_split) if no_split

@@ -405,39 +405,35 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
+def _facts_dict(facts: Any) -> dict[str, Any]:
+    if hasattr(facts, "to_dict"):
+        return facts.to_dict()
+    return facts if isinstance(facts, dict) else dict(vars(facts))
+
+
 def describe_hardware(facts: Any) -> list[str]:
-    """Lines describing detected hardware (tuner doctor's HardwareFacts), read defensively
-    so that a fake in tests or a newer HardwareFacts both render."""
+    """Lines describing detected hardware (`tuner doctor`'s HardwareFacts, or its dict)."""
     if facts is None:
         return ["detecting…"]
     if isinstance(facts, Exception):
         unavailable = type(facts).__name__ == "ServiceUnavailable"
         return [f"{'unavailable' if unavailable else 'detection failed'}: {facts}"]
-    if hasattr(facts, "to_dict"):
-        data = facts.to_dict()
-    elif isinstance(facts, dict):
-        data = facts
-    else:
-        data = {k: getattr(facts, k) for k in dir(facts) if not k.startswith("_") and not callable(getattr(facts, k))}
-    lines = []
-    platform = data.get("platform")
-    if platform:
-        lines.append(f"Platform: {platform}")
+    data = _facts_dict(facts)
+    lines = [f"Platform: {data.get('platform', '?')}"
+             + (f" (CUDA {data['cuda_version']})" if data.get("cuda_version") else "")
+             + (f" (ROCm {data['rocm_version']})" if data.get("rocm_version") else "")]
     gpus = data.get("gpus") or []
-    lines.append(f"GPUs: {len(gpus)}")
-    for i, gpu in enumerate(gpus):
-        g = gpu if isinstance(gpu, dict) else getattr(gpu, "__dict__", {})
-        name = g.get("name", "GPU")
-        mem = g.get("memory_gib") or (g.get("memory_bytes") or g.get("total_memory") or 0) / 1024**3
-        extra = f", compute {g['capability']}" if g.get("capability") else ""
-        extra += ", bf16" if g.get("bf16") else ""
-        lines.append(f"  {i}: {name}, {mem:.1f} GiB{extra}")
+    lines.append(f"GPUs: {len(gpus)}" if gpus else "GPUs: none")
+    for i, g in enumerate(gpus):
+        mem = g.get("memory_gib") or (g.get("memory_bytes") or 0) / 1024**3
+        cc = g.get("compute_capability") or g.get("capability")
+        extra = (f", compute {cc}" if cc else "") + (", bf16" if g.get("bf16") else "")
+        lines.append(f"  [{g.get('index', i)}] {g.get('name', 'GPU')}: {mem:.1f} GiB{extra}")
     host = data.get("host_memory_gib") or (data.get("host_memory_bytes") or 0) / 1024**3
-    if host:
-        lines.append(f"Host RAM: {host:.1f} GiB")
-    for k in ("cpu_count", "torch_version", "cuda_version"):
-        if data.get(k):
-            lines.append(f"{k.replace('_', ' ').capitalize()}: {data[k]}")
+    cores = data.get("cpu_cores") or data.get("cpu_count")
+    if host or cores:
+        lines.append("Host: " + ", ".join(p for p in (f"{cores} cores" if cores else "",
+                                                      f"{host:.1f} GiB RAM" if host else "") if p))
     return lines
 
 
@@ -445,7 +441,7 @@ def hardware_suggestions(facts: Any) -> dict[str, Any]:
     """Settings the detected hardware suggests (applied only when the person asks)."""
     if facts is None or isinstance(facts, Exception):
         return {}
-    data = facts.to_dict() if hasattr(facts, "to_dict") else (facts if isinstance(facts, dict) else vars(facts))
+    data = _facts_dict(facts)
     out: dict[str, Any] = {}
     if data.get("platform") in ("cuda", "rocm", "mps", "cpu"):
         out["hardware.platform"] = data["platform"]

@@ -8,7 +8,7 @@ output text: the same bytes `tuner compile` writes.
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
+from textual.containers import ScrollableContainer, VerticalScroll
 from textual.message import Message
 from textual.widgets import Label, OptionList, Static, TabbedContent, TabPane
 from textual.widgets.option_list import Option
@@ -38,7 +38,8 @@ class ReviewPane(VerticalScroll):
         yield Label("Diagnostics (Enter jumps to the field)", classes="field-label")
         yield OptionList(id="diagnostics")
         yield Label("Memory per GPU", classes="field-label")
-        yield Static("", id="estimate", classes="panel", markup=False)
+        with ScrollableContainer(id="estimate-box", classes="panel"):  # the table is wide: scroll sideways
+            yield Static("", id="estimate", markup=False)
         with TabbedContent(id="previews"):
             with TabPane("accelerate.yaml", id="tab-yaml"):
                 yield Static("", id="preview-yaml", markup=False)

@@ -35,8 +35,9 @@ def _load(module: str, attr: str, what: str) -> Callable[..., Any]:
 
 
 def detect_hardware() -> Any:
-    """HardwareFacts from `tuner doctor` (imports torch: call it in a worker thread)."""
-    return _load("tuner.runtime.doctor", "collect", "Hardware detection")()
+    """HardwareFacts from `tuner doctor` (imports torch: call it in a worker thread).
+    DeepSpeed's op probes (1-2 s) are skipped: the wizard shows GPUs, platform and memory."""
+    return _load("tuner.runtime.doctor", "collect", "Hardware detection")(probe_ops=False)
 
 
 def detect_blocks(model: str, family: str | None, flavour: str, refresh: bool) -> dict[str, Any]:

@@ -50,13 +50,13 @@ class StepPane(VerticalScroll):
                          allow_blank=False, id="in-strategy", compact=True)
             yield Static("", id="strategy-diags", classes="field-diags")
             yield Button("DeepSpeed builder… (F7)", id="open-builder", classes="inline-button", compact=True)
+        if self.step_id == "precision":
+            yield Static("", id="global-batch", classes="panel")
         for key in self.step.keys:
             extra = None
             if key == "fsdp.transformer_layer_cls_to_wrap":
                 extra = Button("Detect blocks (F8)", id="open-blocks", classes="inline-button", compact=True)
             yield FieldRow(key, self.state.value(key), extra=extra)
-        if self.step_id == "precision":
-            yield Static("", id="global-batch", classes="panel")
 
     def on_mount(self) -> None:
         self.sync()

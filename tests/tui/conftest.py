@@ -25,15 +25,20 @@ FAKE_FACTS = {
     "cpu_count": 32,
 }
 
+FAKE_ESTIMATE = "per GPU: 3.1 GiB of 79.6 GiB (fake estimate for the snapshots)"
+
 FAKE_BLOCKS = {
     "classes": [
-        {"name": "LlamaDecoderLayer", "total_params": 1_200_000, "occurrences": 2,
+        {"name": "LlamaDecoderLayer", "parameters": 1_200_000, "occurrences": 2,
          "sample_paths": ["model.layers.0"]},
         {"name": "LlamaAttention", "total_params": 500_000, "occurrences": 2, "sample_paths": ["model.layers.0.self_attn"]},
         {"name": "Embedding", "total_params": 262_144, "occurrences": 1, "sample_paths": ["model.embed_tokens"]},
     ],
     "no_split_modules": ["LlamaDecoderLayer"],
-    "suggestions": ["LlamaDecoderLayer"],
+    "suggested": ["LlamaDecoderLayer"],
+    "model_class": "LlamaForCausalLM",
+    "library": "transformers",
+    "total_parameters": 1_962_144,
     "cached": False,
 }
 
@@ -85,7 +90,7 @@ def fake_services(tmp_path: Path, blocks: Any = FAKE_BLOCKS, calls: Calls | None
         return 1
 
     return Services(hardware=lambda: FAKE_FACTS, blocks=detect, clear_detection_cache=clear_detection,
-                    clear_offload_cache=clear_offload, estimate=lambda text, path: None,
+                    clear_offload_cache=clear_offload, estimate=lambda text, path: FAKE_ESTIMATE,
                     templates=Templates(tmp_path / "home" / "templates"))
 
 

@@ -183,3 +183,16 @@ def test_starting_the_wizard_does_not_import_torch(_wizard_env):
     out = subprocess.run([sys.executable, "-c", script], cwd=_wizard_env, capture_output=True, text=True,
                          timeout=120, env={**os.environ})
     assert "TORCH False" in out.stdout, out.stdout + out.stderr
+
+
+async def test_review_shows_the_real_memory_estimate(tmp_path, _wizard_env):
+    from tuner.tui.services import estimate_table
+
+    services = fake_services(tmp_path)
+    services.estimate = estimate_table
+    app = make_app(_wizard_env / "settings.toml", services=services, tmp_path=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f6")
+        await pilot.pause()
+        table = str(app.screen.query_one("#estimate").render())
+        assert "FSDP2 (chosen)" in table and "per GPU" in table
