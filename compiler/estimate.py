@@ -319,12 +319,12 @@ def options_for(s: Settings, strategy: str, world: int, ranks_per_host: int,
         opts.reshard_after_forward = f.reshard_after_forward
         opts.cpu_ram_efficient_loading = f.cpu_ram_efficient_loading
         opts.offload_param = "cpu" if f.offload_params else "none"
-        if base == "fsdp1":
+        if base == "fsdp1":  # FSDP2 ignores sharding_strategy (it has reshard_after_forward)
             opts.reshard_after_forward = f.sharding_strategy in ("full_shard", "hybrid_shard") and f.reshard_after_forward
             if f.sharding_strategy == "no_shard":
                 opts.shard = 1
-        if f.sharding_strategy == "hybrid_shard":
-            opts.shard = max(1, ranks_per_host)
+            elif f.sharding_strategy == "hybrid_shard":
+                opts.shard = max(1, ranks_per_host)
     if not chosen:
         if base.startswith("zero"):
             opts.offload_optimizer, opts.offload_param = {
