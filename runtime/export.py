@@ -6,7 +6,7 @@ the run's manifest (family, model, strategy), so nothing else is needed.
 * DeepSpeed (any ZeRO stage): DeepSpeed's ``zero_to_fp32`` merges the partitions.
 * FSDP sharded (DCP folder ``pytorch_model_fsdp_0/``): read with
   ``torch.distributed.checkpoint`` into one state dict (no process group needed).
-* FSDP full (``pytorch_model_fsdp_0.bin``) and DDP (``model.safetensors``): already full.
+* FSDP full (``pytorch_model_fsdp.bin``) and DDP (``model.safetensors``): already full.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ def full_state_dict(path: Path, meta: ckpt.CheckpointMeta) -> dict:
             dcp_to_torch_save(str(dcp_dir), str(target))
             state = torch.load(target, map_location="cpu", weights_only=True)
         return state.get("model", state)
-    full_bin = path / "pytorch_model_fsdp_0.bin"
-    if full_bin.is_file():
-        return torch.load(full_bin, map_location="cpu", weights_only=True)
+    for name in ("pytorch_model_fsdp.bin", "pytorch_model_fsdp_0.bin"):
+        if (path / name).is_file():
+            return torch.load(path / name, map_location="cpu", weights_only=True)
     st = path / "model.safetensors"
     if st.is_file():
         from safetensors.torch import load_file

@@ -307,6 +307,8 @@ class Trainer:
             self.ckdir.mkdir(parents=True, exist_ok=True)
         self.acc.wait_for_everyone()
         self.acc.save_state(str(tmp))
+        if os.environ.get("TUNER_TEST_SAVE_DELAY_S"):  # test hook: widen the window of a save in progress
+            time.sleep(float(os.environ["TUNER_TEST_SAVE_DELAY_S"]))
         self.fam.save_state(tmp, self.acc)
         self.acc.wait_for_everyone()  # every rank has written its part
         final = self.ckdir / ckpt.step_dir_name(self.step)

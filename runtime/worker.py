@@ -17,6 +17,15 @@ import time
 def _orphan_watchdog(poll_s: float = 2.0) -> None:
     """Exit when the launcher that started this rank is gone (never linger as an orphan)."""
     parent = os.getppid()
+    try:  # Linux: the kernel kills this rank when its launcher dies (no polling delay)
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(70)
+    except (OSError, AttributeError):
+        pass
 
     def watch() -> None:
         while True:
