@@ -315,12 +315,12 @@ def _optimizer_and_scheduler(out, s: Settings, diags) -> None:
         diags.error("deepspeed.config.scheduler", "scheduler must be an object with a 'type'")
         return
     p = sched.setdefault("params", {})
-    fills = {"warmup_min_lr": 0, "warmup_max_lr": t.learning_rate, "warmup_num_steps": t.warmup_steps,
+    fills = {"warmup_min_lr": 0, "warmup_max_lr": t.learning_rate, "warmup_num_steps": max(1, t.warmup_steps),  # DeepSpeed refuses 0
              "warmup_type": "linear"}
     if sched["type"] in ("WarmupDecayLR", "WarmupCosineLR"):
         fills["total_num_steps"] = t.max_steps
         if sched["type"] == "WarmupCosineLR":
-            fills = {"total_num_steps": t.max_steps, "warmup_num_steps": t.warmup_steps}
+            fills = {"total_num_steps": t.max_steps, "warmup_num_steps": max(1, t.warmup_steps)}
         if not t.max_steps and p.get("total_num_steps", "auto") == "auto":
             diags.error("training.max_steps", f"scheduler {sched['type']} needs a total step count",
                         "set training.max_steps (max_train_steps)")
