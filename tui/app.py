@@ -176,8 +176,8 @@ class WizardApp(App[int]):
         if isinstance(pane, StepPane) and canonical:
             row = pane.row(canonical)
             if row is not None and row.display:
-                row.input.focus()
-                pane.scroll_to_widget(row)
+                row.input.focus(scroll_visible=False)
+                pane.scroll_to_widget(row, animate=False)
                 return
         if key:
             self.notify(f"{key}: not a field on this step; edit it in the file or the DeepSpeed builder (F7)")
@@ -211,7 +211,9 @@ class WizardApp(App[int]):
             return
         for widget in pane.query("Input, Select, Switch, OptionList"):
             if widget.focusable and _shown_within(widget, pane):
-                widget.focus()
+                # No scrolling: the first field is at the top, and a pane mounted a moment
+                # ago has no layout yet to scroll by.
+                widget.focus(scroll_visible=False)
                 return
 
     async def action_next(self) -> None:

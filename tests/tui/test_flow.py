@@ -50,7 +50,7 @@ async def test_ddp_flow(tmp_path, _wizard_env):
     async with app.run_test(size=(80, 24)) as pilot:
         assert current(app) == "model"
         await choose(pilot, "model.family", "causal_lm")
-        await type_into(pilot, "model.path", "builtin:tiny-llama")
+        await choose(pilot, "model.type", "full")
         await next_step(pilot, "hardware")
         await choose(pilot, "hardware.platform", "cpu")
         await type_into(pilot, "hardware.num_processes", "2")
