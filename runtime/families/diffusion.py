@@ -430,6 +430,17 @@ def _pipeline_class():
     return TunerDiffusionPipeline
 
 
+def grid_image(images: list, scale: int = 1):
+    """The images side by side, enlarged without smoothing (for a person to look at)."""
+    from PIL import Image
+
+    w, h = images[0].size
+    grid = Image.new("RGB", (w * scale * len(images), h * scale))
+    for i, im in enumerate(images):
+        grid.paste(im.resize((w * scale, h * scale), Image.NEAREST), (i * w * scale, 0))
+    return grid
+
+
 def make_pipeline(denoiser, scheduler, conditioner=None, vae=None, kind: str = "unet"):
     return _pipeline_class()(denoiser, scheduler, conditioner, vae, kind)
 
@@ -557,6 +568,12 @@ class DiffusionFamily(Family):
 
     def prepare_model(self, model):
         s = self.settings
+        if self.kind == "dit" and s.fsdp.enabled and s.fsdp.auto_wrap_policy == "transformer" and (
+                "BasicTransformerBlock" in s.fsdp.transformer_layer_cls_to_wrap):
+            # DiT's root forward calls transformer_blocks[0].norm1.emb itself (the final
+            # AdaLN conditioning), outside the block's forward, where FSDP has not gathered it.
+            raise FamilyError("DiTTransformer2DModel cannot have BasicTransformerBlock wrapped by FSDP (its root "
+                              "forward calls into the first block); set fsdp.auto_wrap_policy = \"none\"")
         if s.training.gradient_checkpointing and hasattr(model, "enable_gradient_checkpointing"):
             model.enable_gradient_checkpointing()
         if s.model.type == "lora":
@@ -572,6 +589,8 @@ class DiffusionFamily(Family):
         return get_peft_model(model, cfg)
 
     def wrap_classes(self, model) -> list[str]:
+        if self.kind == "dit":
+            return []  # see prepare_model: DiT is sharded as one unit
         found = {type(m).__name__ for m in model.modules()}
         wanted = [c for c in ("BasicTransformerBlock", "JointTransformerBlock", "ResnetBlock2D") if c in found]
         return wanted or list(getattr(model, "_no_split_modules", None) or [])
@@ -745,6 +764,14 @@ class DiffusionFamily(Family):
         """Validation loss at fixed noise, then images from the pipeline around the sharded model."""
         import torch
 
+        # Validation must not move the training RNG (the DDPM sampler draws noise), or
+        # turning it on would change the training run.
+        with torch.random.fork_rng(devices=[]):
+            return self._evaluate(model, batches, accelerator)
+
+    def _evaluate(self, model, batches, accelerator) -> dict[str, float]:
+        import torch
+
         self._evals += 1
         gen = torch.Generator("cpu").manual_seed(self.ctx.seed + 1)
         total = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
@@ -783,6 +810,7 @@ class DiffusionFamily(Family):
                 safe = "".join(c if c.isalnum() else "_" for c in prompt)[:48]
                 img.save(folder / f"{i:02d}_{safe}.png")
             (folder / "prompts.json").write_text(json.dumps(prompts, indent=2) + "\n")
+            grid_image(images, scale=max(1, 128 // max(res, 1))).save(folder / "grid.png")
         return images
 
     # -- export ---------------------------------------------------------------------

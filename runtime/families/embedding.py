@@ -406,7 +406,8 @@ def export_embedding_model(model: EmbeddingModel, tokenizer: Any, out_dir: str |
     out.mkdir(parents=True, exist_ok=True)
     if state_dict is not None:
         missing, unexpected = model.load_state_dict(state_dict, strict=False)
-        bad = [k for k in missing if "lora_" in k or not any(k.endswith(s) for s in ("position_ids",))]
+        # Keys the training model did not hold: BERT's unused pooler (kept as loaded) and buffers.
+        bad = [k for k in missing if ".pooler." not in k and not k.endswith("position_ids")]
         if unexpected or bad:
             raise RuntimeError(f"exported state does not fit the model: missing {bad[:5]}, unexpected "
                                f"{list(unexpected)[:5]}")
@@ -564,6 +565,14 @@ class EmbeddingFamily(Family):
                 qs.append(both[:, :width].cpu())
                 ps.append(both[:, width:].cpu())
         q, p = torch.cat(qs), torch.cat(ps)
+        if accelerator.is_main_process:  # the held-out embeddings, for inspection and export checks
+            from safetensors.torch import save_file
+
+            step = int(self.ctx.extra.get("step", 0))
+            out = Path(self.ctx.extra.get("output_dir") or self.ctx.resolve(self.settings.output.dir))
+            folder = out / "validation" / f"step-{step}"
+            folder.mkdir(parents=True, exist_ok=True)
+            save_file({"queries": q.contiguous(), "positives": p.contiguous()}, str(folder / "embeddings.safetensors"))
         metrics = retrieval_metrics(q, p)
         for d in self.settings.model.mrl_dims:
             if d < q.shape[-1]:
@@ -584,7 +593,8 @@ class EmbeddingFamily(Family):
             raise FamilyError(str(exc)) from None
 
     def prepare_model_for_export(self) -> EmbeddingModel:
-        model = self.build_model()
+        # Keep the checkpoint's pooler (unused, so not trained) so from_pretrained finds every weight.
+        model = EmbeddingModel(self._encoder(), self.settings.model.pooling)
         m = self.settings.model
         if m.type == "lora":
             model = apply_lora(model, m.lora_rank, m.lora_alpha, m.lora_dropout, m.lora_target_modules)
