@@ -173,7 +173,10 @@ def current_fingerprint(model: str, family: str | None, flavour: str = "") -> st
     when the model cannot be found (a missing directory, an unknown built-in)."""
     from tuner.runtime import tiny_configs  # pure dicts, no torch
 
-    if tiny_configs.is_builtin(model):
+    packaged = tiny_configs.packaged_dir(model)
+    if packaged is not None:
+        model = str(packaged)
+    elif tiny_configs.is_builtin(model):
         try:
             name = tiny_configs.resolve_name(model, family, flavour)
         except KeyError:

@@ -203,8 +203,9 @@ def model_size(s: Settings, base_dir: Path | None = None) -> tuple[ModelSize | N
     from tuner.runtime import tiny_configs  # pure dicts
 
     m = s.model
-    builtin = tiny_configs.is_builtin(m.path)
-    location = m.path if builtin else str(_resolve_model_path(m.path, base_dir))
+    packaged = tiny_configs.packaged_dir(m.path)
+    builtin = tiny_configs.is_builtin(m.path) and packaged is None
+    location = m.path if tiny_configs.is_builtin(m.path) else str(_resolve_model_path(m.path, base_dir))
     cached = block_cache.find(location, m.family, m.flavour)
     if cached is not None:
         hist = {int(k): int(v) for k, v in cached.param_numels.items()}
@@ -221,7 +222,7 @@ def model_size(s: Settings, base_dir: Path | None = None) -> tuple[ModelSize | N
         hist = _histogram(shapes[0]) if shapes and sum(shapes[0]) == entry["parameters"] else {}
         return (ModelSize(entry["parameters"], "builtin", hist, 0, dict(entry["config"]),
                           _kind(entry["config"], m.family)), f"built-in {name}")
-    cfg_file = block_cache.model_config_file(location, m.flavour)
+    cfg_file = block_cache.model_config_file(packaged or location, m.flavour)
     if cfg_file is None:
         return None, (f"model {m.path} is not available here (no config.json); "
                       "the estimate needs the model's size: run the estimate where the model is")

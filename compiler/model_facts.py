@@ -46,7 +46,7 @@ def known_classes(s: Settings, base_dir: Path | None) -> tuple[set[str] | None, 
     cached = block_cache.find(location, m.family, m.flavour)
     if cached is not None:
         return cached.class_names(), list(cached.suggested), "block detection (cached)"
-    if builtin:
+    if builtin and tiny_configs.packaged_dir(m.path) is None:
         try:
             name = tiny_configs.resolve_name(m.path, m.family, m.flavour)
         except KeyError:
@@ -73,7 +73,9 @@ def _check_wrap_classes(s: Settings, diags: Diagnostics, base_dir: Path | None) 
                        f"{', '.join(unknown)} not among the known blocks of {source} "
                        f"({', '.join(suggested)}); run `tuner blocks {s.model.path}` to check every class")
             return
-        if not tiny_configs.is_builtin(s.model.path) and Path(_estimate._resolve_model_path(s.model.path, base_dir)).exists():
+        local = tiny_configs.packaged_dir(s.model.path) or (
+            None if tiny_configs.is_builtin(s.model.path) else _estimate._resolve_model_path(s.model.path, base_dir))
+        if local is not None and Path(local).exists():
             diags.note("fsdp.transformer_layer_cls_to_wrap",
                        "wrap classes not checked against the model: no block detection for it yet",
                        f"run `tuner blocks {s.model.path}` (meta device, seconds); the compiler then checks them")

