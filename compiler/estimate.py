@@ -41,7 +41,6 @@ Context parallelism divides the sequence by its size. Causal LMs add the logits
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
