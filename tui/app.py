@@ -36,8 +36,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, ContentSwitcher, Footer, Input, Static
 
 from .fields import FieldRow
-from .model import (STEP_IDS, STEPS, SaveRefused, WizardState, canonical_key, display_path, hardware_suggestions,
-                    step_of)
+from .facts import display_path, hardware_suggestions
+from .model import STEP_IDS, STEPS, SaveRefused, WizardState, canonical_key, step_of
 from .review import ReviewPane
 from .services import Services
 from .steps import ActionBar, StepList, StepPane

@@ -13,7 +13,8 @@ from textual.message import Message
 from textual.widgets import Label, OptionList, Static, TabbedContent, TabPane
 from textual.widgets.option_list import Option
 
-from .model import WizardState, display_path
+from .facts import display_path
+from .model import WizardState
 
 
 class ReviewPane(VerticalScroll):

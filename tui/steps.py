@@ -12,7 +12,8 @@ from textual.message import Message
 from textual.widgets import Button, Label, Select, Static
 
 from .fields import FieldRow, dom_id
-from .model import STEPS, STRATEGIES, STEP_IDS, WizardState, describe_hardware
+from .facts import describe_hardware
+from .model import STEPS, STRATEGIES, STEP_IDS, WizardState
 
 _INTRO = {
     "model": "What is trained: the model family, where its weights come from, full or LoRA.",

@@ -1,0 +1,64 @@
+"""Detected hardware as the wizard shows it, and paths as the wizard prints them.
+
+`tuner doctor`'s HardwareFacts (or its dict, or a fake in tests) is read through
+``to_dict()``, so the wizard never imports torch to display it. Plain Python, no Textual.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def display_path(path: Path) -> str:
+    """`path` relative to the working directory when it lies below it (shorter, and stable)."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _facts_dict(facts: Any) -> dict[str, Any]:
+    if hasattr(facts, "to_dict"):
+        return facts.to_dict()
+    return facts if isinstance(facts, dict) else dict(vars(facts))
+
+
+def describe_hardware(facts: Any) -> list[str]:
+    """Lines describing detected hardware (`tuner doctor`'s HardwareFacts, or its dict)."""
+    if facts is None:
+        return ["detecting…"]
+    if isinstance(facts, Exception):
+        unavailable = type(facts).__name__ == "ServiceUnavailable"
+        return [f"{'unavailable' if unavailable else 'detection failed'}: {facts}"]
+    data = _facts_dict(facts)
+    lines = [f"Platform: {data.get('platform', '?')}"
+             + (f" (CUDA {data['cuda_version']})" if data.get("cuda_version") else "")
+             + (f" (ROCm {data['rocm_version']})" if data.get("rocm_version") else "")]
+    gpus = data.get("gpus") or []
+    lines.append(f"GPUs: {len(gpus)}" if gpus else "GPUs: none")
+    for i, g in enumerate(gpus):
+        mem = g.get("memory_gib") or (g.get("memory_bytes") or 0) / 1024**3
+        cc = g.get("compute_capability") or g.get("capability")
+        extra = (f", compute {cc}" if cc else "") + (", bf16" if g.get("bf16") else "")
+        lines.append(f"  [{g.get('index', i)}] {g.get('name', 'GPU')}: {mem:.1f} GiB{extra}")
+    host = data.get("host_memory_gib") or (data.get("host_memory_bytes") or 0) / 1024**3
+    cores = data.get("cpu_cores") or data.get("cpu_count")
+    if host or cores:
+        lines.append("Host: " + ", ".join(p for p in (f"{cores} cores" if cores else "",
+                                                      f"{host:.1f} GiB RAM" if host else "") if p))
+    return lines
+
+
+def hardware_suggestions(facts: Any) -> dict[str, Any]:
+    """Settings the detected hardware suggests (applied only when the person asks)."""
+    if facts is None or isinstance(facts, Exception):
+        return {}
+    data = _facts_dict(facts)
+    out: dict[str, Any] = {}
+    if data.get("platform") in ("cuda", "rocm", "mps", "cpu"):
+        out["hardware.platform"] = data["platform"]
+    gpus = data.get("gpus") or []
+    if gpus:
+        out["hardware.num_processes"] = len(gpus)
+    return out
