@@ -1,0 +1,119 @@
+"""Fast checks of the family building blocks (no ranks): pooling, losses, targets, buckets,
+EMA persistence, and that every family example compiles."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tuner.runtime.families import embedding as E
+from tuner.runtime.families import diffusion as D
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+FAMILY_EXAMPLES = sorted(p.name for p in EXAMPLES.glob("diffusion_*.toml")) + sorted(
+    p.name for p in EXAMPLES.glob("embedding_*.toml"))
+
+
+def test_pooling_modes():
+    h = torch.arange(2 * 3 * 2, dtype=torch.float32).view(2, 3, 2)
+    m = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    torch.testing.assert_close(E.pool(h, m, "cls"), h[:, 0])
+    torch.testing.assert_close(E.pool(h, m, "last"), torch.stack([h[0, 1], h[1, 2]]))
+    torch.testing.assert_close(E.pool(h, m, "mean"), torch.stack([h[0, :2].mean(0), h[1].mean(0)]))
+
+
+def test_retrieval_metrics():
+    q = torch.eye(3)
+    p = torch.tensor([[1.0, 0, 0], [0, 0, 1.0], [0, 1.0, 0]])
+    m = E.retrieval_metrics(q, p)
+    assert m["recall@1"] == pytest.approx(1 / 3)
+    assert m["mrr"] == pytest.approx((1 + 0.5 + 0.5) / 3)
+
+
+def test_contrastive_loss_matryoshka_and_hard_negatives():
+    torch.manual_seed(0)
+    emb = torch.randn(4 * 3, 16)  # 4 queries, 4 positives, 4 hard negatives
+    full = E.contrastive_loss(emb, 4, 1, 0.1)
+    mrl = E.contrastive_loss(emb, 4, 1, 0.1, dims=[16, 8])
+    eight = E.contrastive_loss(emb[:, :8], 4, 1, 0.1)
+    assert mrl == pytest.approx(((full + eight) / 2).item())
+    with pytest.raises(ValueError):
+        E.contrastive_loss(emb, 4, 1, 0.1, dims=[32])
+
+
+def test_pairs_collate_stacks_queries_positives_negatives():
+    tok = E.build_tiny_tokenizer()
+    rows = [{"query": "a", "positive": "b", "negatives": ["c"]}, {"query": "d", "positive": "e", "negatives": ["f"]}]
+    batch = E.PairCollator(tok, 16)(rows)
+    assert batch["input_ids"].shape[0] == 6 and int(batch["num_negatives"]) == 1
+    assert len(E.read_pairs("builtin")) >= 200
+
+
+def test_scheduler_targets():
+    from diffusers import DDPMScheduler, FlowMatchEulerDiscreteScheduler
+
+    from tuner.compiler.settings import Settings
+    from tuner.runtime.families.base import FamilyContext
+
+    fam = D.DiffusionFamily(FamilyContext(settings=Settings.from_dict({"model": {"family": "diffusion"}}),
+                                          base_dir=Path(".")))
+    x0 = torch.randn(2, 3, 8, 8)
+    for pred in ("epsilon", "v_prediction", "sample"):
+        fam._scheduler = DDPMScheduler(prediction_type=pred)
+        g = torch.Generator().manual_seed(0)
+        noisy, t, target = fam.noisy_inputs(x0, g)
+        noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(0))
+        expect = {"epsilon": noise, "sample": x0,
+                  "v_prediction": fam._scheduler.get_velocity(x0, noise, t)}[pred]
+        torch.testing.assert_close(target, expect)
+    fam._scheduler = FlowMatchEulerDiscreteScheduler()
+    noisy, t, target = fam.noisy_inputs(x0, torch.Generator().manual_seed(0))
+    assert float(t.max()) <= 1000 and torch.allclose(target, (noisy - x0) / (t / 1000).view(-1, 1, 1, 1), atol=1e-4)
+
+
+def test_buckets_and_bundled_images():
+    b = D.bucket_sizes(32)
+    assert (32, 32) in b and all(w % 8 == 0 and h % 8 == 0 for w, h in b)
+    assert D.nearest_bucket((64, 48), b) == [i for i, (w, h) in enumerate(b) if w > h][0]
+    rows = D.read_image_folder(D.DATA_DIR)
+    assert len(rows) >= 30 and all(r["caption"] for r in rows)
+    size = sum(p.stat().st_size for p in D.DATA_DIR.rglob("*") if p.is_file())
+    assert size < 500_000
+
+
+def test_ema_update_save_load(tmp_path):
+    lin = torch.nn.Linear(3, 2)
+    ema = D.EMA(lin.named_parameters(), decay=0.5)
+    start = [s.clone() for s in ema.shadows]
+    with torch.no_grad():
+        lin.weight.add_(1.0)
+    ema.update()
+    d = min(0.5, 1 / 10)
+    torch.testing.assert_close(ema.shadows[0], start[0] * d + lin.weight.detach() * (1 - d))
+    ema.save(tmp_path, rank=0, world_size=1)
+    other = D.EMA(torch.nn.Linear(3, 2).named_parameters(), decay=0.9)
+    other.load(tmp_path, rank=0, world_size=1)
+    assert other.num_updates == 1 and other.decay == 0.5
+    torch.testing.assert_close(other.shadows[0], ema.shadows[0])
+    assert json.loads((tmp_path / "ema" / "ema.json").read_text())["sharded"] is False
+
+
+@pytest.mark.parametrize("example", FAMILY_EXAMPLES)
+def test_family_examples_compile(example, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tuner", "compile", str(EXAMPLES / example), "--out",
+                           str(tmp_path / "build"), "--set", "hardware.platform=cpu"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "build" / "manifest.json").is_file()
+
+
+def test_lora_with_deepspeed_is_refused():
+    proc = subprocess.run([sys.executable, "-m", "tuner", "compile", str(EXAMPLES / "embedding_minilm_lora.toml"),
+                           "--set", "fsdp.enabled=false", "--set", "deepspeed.enabled=true",
+                           "--set", "hardware.platform=cpu", "--format", "json"], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "LoRA is not supported with DeepSpeed" in proc.stdout + proc.stderr
