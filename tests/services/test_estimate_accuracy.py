@@ -47,26 +47,36 @@ export = false
 """
 
 
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory) -> dict[str, tuple[dict, list[dict]]]:
+    """strategy -> (estimated bytes per kind, measured bytes per rank); one launcher for all."""
+    root = tmp_path_factory.mktemp("accuracy")
+    predicted, pairs = {}, []
+    for name, block in STRATEGIES.items():
+        d = root / name
+        d.mkdir()
+        settings = d / "settings.toml"
+        settings.write_text(BASE + '[output]\ndir = "out"\n' + block)
+        compiled = run_tuner("compile", str(settings), "--out", str(d / "build"), "-q")
+        assert compiled.returncode == 0, compiled.stderr
+        result = compile_file(settings)
+        assert result.plan.strategy == name
+        chosen = estimate(result.settings, result.plan).chosen
+        predicted[name] = {k: chosen.rank_state(k) for k in KINDS}
+        pairs += [str(d / "build"), str(d / "measured")]
+    run = subprocess.run([sys.executable, str(HELPER), "launch", *pairs], capture_output=True, text=True,
+                         timeout=900, cwd=root)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return {name: (predicted[name], [json.loads((root / name / "measured" / f"rank{r}.json").read_text())
+                                     for r in (0, 1)])
+            for name in STRATEGIES}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
-def test_estimated_rank_state_matches_real_ranks(tmp_path, strategy):
-    settings = tmp_path / "settings.toml"
-    settings.write_text(BASE + f'[output]\ndir = "out"\n' + STRATEGIES[strategy])
-    build = tmp_path / "build"
-    compiled = run_tuner("compile", str(settings), "--out", str(build), "-q")
-    assert compiled.returncode == 0, compiled.stderr
-    result = compile_file(settings)
-    assert result.plan.strategy == strategy
-    chosen = estimate(result.settings, result.plan).chosen
-    predicted = {k: chosen.rank_state(k) for k in KINDS}
-
-    measured_dir = tmp_path / "measured"
-    run = subprocess.run([sys.executable, str(HELPER), "launch", str(build), str(measured_dir)],
-                         capture_output=True, text=True, timeout=420, cwd=tmp_path)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    for rank in (0, 1):
-        held = json.loads((measured_dir / f"rank{rank}.json").read_text())
+def test_estimated_rank_state_matches_real_ranks(measured, strategy):
+    predicted, ranks = measured[strategy]
+    for rank, held in enumerate(ranks):
         for kind in KINDS:
             assert predicted[kind] == pytest.approx(held[kind], rel=0.05, abs=64), (strategy, rank, kind, predicted, held)
-        total = sum(held[k] for k in KINDS)
-        assert sum(predicted.values()) == pytest.approx(total, rel=0.05)
+        assert sum(predicted.values()) == pytest.approx(sum(held[k] for k in KINDS), rel=0.05)
