@@ -141,10 +141,7 @@ def _build(spec: ModelSpec, device: str):
         else:
             cfg_obj = AutoConfig.from_pretrained(str(spec.config_dir))
         auto = transformers.AutoModelForCausalLM if spec.family == "causal_lm" else transformers.AutoModel
-        try:
-            return auto.from_config(cfg_obj)
-        except ValueError as exc:
-            raise DetectionError(f"cannot build a {spec.family} model from {spec.model}: {exc}") from None
+        return auto.from_config(cfg_obj)
 
 
 def _import_libraries(spec: ModelSpec) -> None:
@@ -161,7 +158,15 @@ def build_model(model: str, family: str | None = None, flavour: str = "", device
     spec = model if isinstance(model, ModelSpec) else resolve(model, family, flavour)
     # Not under transformers' no_init_weights: it also skips tying (tied embeddings would
     # count twice), and initialising meta tensors costs next to nothing anyway.
-    return _build(spec, device)
+    try:
+        return _build(spec, device)
+    except DetectionError:
+        raise
+    except (ValueError, KeyError, TypeError, OSError, AttributeError, ImportError) as exc:
+        # A config the library cannot build (remote code, a newer model type, bad fields):
+        # a message for the person, not a traceback.
+        raise DetectionError(f"cannot build {spec.class_name or spec.library + ' model'} from "
+                             f"{spec.config_file or spec.model}: {type(exc).__name__}: {exc}") from None
 
 
 def inspect(module) -> tuple[list[ClassStat], dict[str, int], int]:

@@ -167,3 +167,16 @@ def test_packaged_builtin_model_is_inspected_from_its_folder():
     shapes, _ = analytic_shapes(json.loads((folder / "config.json").read_text()))
     assert sum(shapes) == r.total_parameters == 22_713_216
     assert detect("builtin:minilm").total_parameters == r.total_parameters
+
+
+def test_configs_the_library_cannot_build_give_a_message(tmp_path):
+    from tests.services.conftest import write_model
+
+    unknown = write_model(tmp_path, "future", {"model_type": "no-such-model-type", "hidden_size": 8})
+    with pytest.raises(DetectionError, match="cannot build"):
+        detect(str(unknown))
+    bad_unet = write_model(tmp_path, "bad-unet", {"_class_name": "NoSuchDiffusersModel"})
+    with pytest.raises(DetectionError, match="diffusers has no model class"):
+        detect(str(bad_unet))
+    out = run_tuner("blocks", str(unknown))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
