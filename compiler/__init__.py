@@ -134,8 +134,8 @@ def _load_base(text: str, base_dir: Path, diags: Diagnostics) -> dict[str, Any]:
         diags.error("accelerate.base", f"base accelerate config not found: {path}",
                     "fix the path, or remove accelerate.base to write a fresh config")
         return {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        diags.error("accelerate.base", f"cannot read base accelerate config {path}: {exc}")
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # ValueError: undecodable text, NUL in the path
+        diags.error("accelerate.base", f"cannot read base accelerate config {path!r}: {exc}")
         return {}
     if not isinstance(loaded, dict):
         diags.error("accelerate.base", f"base accelerate config {path} is not a YAML mapping")

@@ -46,7 +46,8 @@ def fsdp_block(s: Settings) -> dict[str, Any]:
         "fsdp_auto_wrap_policy": policy,
         "fsdp_state_dict_type": _STATE_DICT_NAMES[s.checkpoint.state_dict_type],
         "fsdp_cpu_ram_efficient_loading": f.cpu_ram_efficient_loading,
-        "fsdp_sync_module_states": True,
+        # Broadcasting rank 0's weights is needed only when rank 0 alone loads them.
+        "fsdp_sync_module_states": f.cpu_ram_efficient_loading,
         "fsdp_offload_params": f.offload_params,
         "fsdp_activation_checkpointing": f.activation_checkpointing,
     }

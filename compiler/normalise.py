@@ -283,8 +283,8 @@ def _load_deepspeed_config(value: Any, base_dir: Path | None, diags: Diagnostics
         diags.error("deepspeed.config", f"DeepSpeed config file not found: {path}",
                     "fix the path (relative paths start at the settings file) or inline the config as a table")
         return {}
-    except (OSError, UnicodeDecodeError) as exc:
-        diags.error("deepspeed.config", f"cannot read DeepSpeed config {path}: {exc}")
+    except (OSError, ValueError) as exc:  # ValueError: undecodable text, NUL in the path
+        diags.error("deepspeed.config", f"cannot read DeepSpeed config {path!r}: {exc}")
         return {}
     try:
         loaded = json.loads(text)

@@ -67,8 +67,13 @@ def check(n: Normalised, diags: Diagnostics) -> tuple[Settings, Plan]:
         diags.error("deepspeed.enabled", f"DeepSpeed is not available on {name} hosts.",
                     "use FSDP2 (fsdp.enabled = true) or DDP on this platform")
     if s.fsdp.enabled and s.fsdp.version == 1:
-        diags.warning("fsdp.version", "FSDP v1 is deprecated; it works, but FSDP2 shards per parameter, "
-                      "supports LoRA and is the default for full-model runs", "set fsdp.version = 2")
+        if platform == "cpu" and not ds_on:
+            # torch's FSDP v1 computes on CUDA-like devices only (_get_compute_device).
+            diags.error("fsdp.version", "FSDP v1 needs a GPU: torch's FSDP v1 cannot compute on CPU",
+                        "use FSDP2 (fsdp.version = 2), which runs on CPU too, or target a GPU platform")
+        else:
+            diags.warning("fsdp.version", "FSDP v1 is deprecated; it works, but FSDP2 shards per parameter, "
+                          "supports LoRA and is the default for full-model runs", "set fsdp.version = 2")
 
     # -- LoRA -------------------------------------------------------------------------
     if s.model.type == "lora" and ds_on:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tomllib
 
 import tomlkit
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tuner.compiler import compile_text
@@ -46,6 +46,8 @@ def test_generated_settings_never_raise(data):
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(KEY_NAMES), st.text(max_size=10)), max_size=5))
+@example([("accelerate_config", "\x00")])  # found by hypothesis: a NUL byte in a path
+@example([("deepspeed_config", "a\x00b"), ("offload_param_path", "\x00")])
 def test_generated_overrides_never_raise(pairs):
     result = compile_text("", [f"{k}={v}" for k, v in pairs])
     assert result.ok or result.diagnostics.errors

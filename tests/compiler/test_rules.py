@@ -49,8 +49,13 @@ def test_context_parallel_size_one_normalises_the_rotation():
     assert any("normalised to 'allgather'" in m for m in messages(r, "note"))
 
 
+def test_fsdp_v1_needs_a_gpu():
+    r = compile_("fsdp_enable = true\nfsdp_version = 1\nnum_processes = 2\nplatform = 'cpu'\n")
+    assert "FSDP v1 needs a GPU: torch's FSDP v1 cannot compute on CPU" in errors(r)
+
+
 def test_fsdp_v1_is_deprecated_but_works():
-    r = compile_("fsdp_enable = true\nfsdp_version = 1\nnum_processes = 2\n")
+    r = compile_("fsdp_enable = true\nfsdp_version = 1\nnum_processes = 2\nplatform = 'cuda'\n")
     assert r.ok and r.plan.strategy == "fsdp1"
     assert any("deprecated" in m for m in messages(r, "warning"))
     assert "fsdp_use_orig_params: true" in r.accelerate_yaml
