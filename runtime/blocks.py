@@ -223,6 +223,12 @@ def _contains(module, outer: str, inner: set[str]) -> bool:
     return False
 
 
+#: Models whose blocks cannot be FSDP units, and why (they are sharded as one unit).
+NO_BLOCK_WRAP = {
+    "DiTTransformer2DModel": "its forward calls into transformer_blocks[0] directly, outside the block's own call",
+}
+
+
 def suggest_wrap_classes(module, classes: list[ClassStat], no_split: list[str]) -> list[str]:
     """The classes to give FSDP's transformer wrap policy.
 
@@ -234,6 +240,8 @@ def suggest_wrap_classes(module, classes: list[ClassStat], no_split: list[str]) 
        least twice, that together hold at least 10% of the parameters; the outermost of
        them (a block's own feed-forward layers are not suggested beside the block).
     """
+    if type(module).__name__ in NO_BLOCK_WRAP:
+        return []
     by_name = {c.name: c for c in classes}
     total = max((c.parameters for c in classes), default=0)
     present = [n for n in no_split if n in by_name and by_name[n].parameters > 0]

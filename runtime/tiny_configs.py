@@ -107,7 +107,9 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
             "norm_num_groups": 8,
         },
         "parameters": 60_272,
-        "suggested_wrap": ["BasicTransformerBlock"],
+        # DiT's forward calls into its first block directly, so its blocks cannot be FSDP
+        # units (the diffusion family refuses that); it is sharded as one unit.
+        "suggested_wrap": [],
     },
 }
 

@@ -54,19 +54,16 @@ def build_tiny_tokenizer(save_dir: str | Path | None = None):
     Nothing is downloaded: the vocabulary is the special tokens, lower-case characters and
     their ``##`` continuations, so every ASCII sentence tokenises without [UNK] storms.
     """
-    import tempfile
-
     from transformers import BertTokenizerFast
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     chars = [c for c in _TINY_CHARS if c != " "]
     vocab = specials + chars + ["##" + c for c in chars]
-    with tempfile.TemporaryDirectory() as tmp:
-        vocab_file = Path(tmp) / "vocab.txt"
-        vocab_file.write_text("\n".join(vocab) + "\n")
-        tok = BertTokenizerFast(vocab_file=str(vocab_file), do_lower_case=True)
-        if save_dir is not None:
-            tok.save_pretrained(str(save_dir))
+    # The vocabulary as a dict: transformers 5 ignores a `vocab_file=` argument here and
+    # would leave only the special tokens (every character would become [UNK]).
+    tok = BertTokenizerFast(vocab={word: i for i, word in enumerate(vocab)}, do_lower_case=True)
+    if save_dir is not None:
+        tok.save_pretrained(str(save_dir))
     return tok
 
 

@@ -117,3 +117,15 @@ def test_lora_with_deepspeed_is_refused():
                            "--set", "hardware.platform=cpu", "--format", "json"], capture_output=True, text=True)
     assert proc.returncode == 1
     assert "LoRA is not supported with DeepSpeed" in proc.stdout + proc.stderr
+
+
+def test_tiny_tokenizer_knows_its_characters():
+    """Regression: transformers 5 ignored the vocab file and left 5 special tokens, so every
+    character became [UNK]."""
+    from tuner.runtime.families.embedding import build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()
+    ids = tok("Hello, world 42")["input_ids"]
+    assert len(tok) > 60
+    assert tok.unk_token_id not in ids
+    assert tok.decode(ids, skip_special_tokens=True).replace(" ", "") == "hello,world42"
