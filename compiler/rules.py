@@ -110,6 +110,10 @@ def check(n: Normalised, diags: Diagnostics) -> tuple[Settings, Plan]:
             diags.warning("fsdp.transformer_layer_cls_to_wrap",
                           f"classes to wrap are ignored with the {policy!r} wrap policy",
                           "set fsdp.auto_wrap_policy = \"transformer\" or clear the class list")
+        if s.fsdp.offload_params and platform == "cpu":
+            diags.error("fsdp.offload_params", "FSDP CPU offload moves parameters off the GPU; on a CPU target "
+                        "they already live in host memory (and torch's offload policy needs an accelerator)",
+                        "set fsdp.offload_params = false, or target a GPU platform")
         if s.fsdp.version == 2 and "fsdp.sharding_strategy" in explicit:
             diags.note("fsdp.sharding_strategy", "FSDP2 ignores sharding_strategy; it uses reshard_after_forward")
         if s.training.gradient_checkpointing and s.fsdp.activation_checkpointing:

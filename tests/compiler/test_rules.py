@@ -222,3 +222,9 @@ def test_mixed_precision_is_written_quoted_and_omitted_beside_a_deepspeed_file()
     ds = compile_("mixed_precision = 'bfloat16'\n[deepspeed]\nenabled = true\n")
     assert "mixed_precision" not in ds.accelerate_yaml
     assert json.loads(ds.deepspeed_json)["bf16"] == {"enabled": True}
+
+
+def test_fsdp_cpu_offload_needs_a_gpu_target():
+    r = compile_("fsdp_enable = true\nfsdp_offload_params = true\nplatform = 'cpu'\n")
+    assert any("FSDP CPU offload moves parameters off the GPU" in e for e in errors(r))
+    assert compile_("fsdp_enable = true\nfsdp_offload_params = true\nplatform = 'cuda'\n").ok

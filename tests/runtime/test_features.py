@@ -1,0 +1,69 @@
+"""Training features beyond the strategy itself, on FSDP2 with two gloo ranks:
+LoRA (peft) on the causal LM with gradient checkpointing, and bf16 autocast."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from runtime_helpers import assert_ok, merged, tuner_run
+from test_strategies import LOGITS_ATOL, _rows_tensor
+
+pytestmark = pytest.mark.slow
+
+FSDP2 = {"enabled": True, "version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}
+ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@pytest.fixture(scope="module")
+def lora_run(runtime_tmp):
+    settings = merged(
+        model={"type": "lora", "lora_rank": 8, "lora_alpha": 32, "lora_target_modules": ALL_LINEAR},
+        fsdp=FSDP2,
+        training={"gradient_checkpointing": True, "learning_rate": 0.05, "max_steps": 20},
+    )
+    run = tuner_run(runtime_tmp / "lora-gc", settings)
+    assert_ok(run)
+    return run
+
+
+@pytest.fixture(scope="module")
+def bf16_run(runtime_tmp):
+    settings = merged(fsdp=FSDP2, training={"mixed_precision": "bf16", "gradient_checkpointing": True})
+    run = tuner_run(runtime_tmp / "bf16-gc", settings)
+    assert_ok(run)
+    return run
+
+
+def test_lora_trains_only_adapters(lora_run):
+    total, trainable = (int(s.replace(",", "")) for s in
+                        re.search(r"parameters: ([\d,]+) total, ([\d,]+) trainable", lora_run.output).groups())
+    assert 0 < trainable < total / 4, (total, trainable)
+    final_val = [m["val_loss"] for m in lora_run.metrics() if "val_loss" in m][-1]
+    assert final_val < lora_run.losses()[1] - 0.03, "the adapters learned something"
+
+
+def test_lora_export_is_merged(lora_run):
+    """The export is a plain model (no adapter keys) whose logits equal the trained
+    model's, adapters included: merged into the base weights, not dropped."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    final = lora_run.out / "final"
+    with safe_open(str(final / "model.safetensors"), "pt") as f:
+        assert not [k for k in f.keys() if "lora" in k]
+    model = AutoModelForCausalLM.from_pretrained(str(final)).eval()
+    with torch.no_grad():
+        logits = model(input_ids=_rows_tensor(lora_run.dir)[:2]).logits[:, :4, :8]
+    torch.testing.assert_close(logits, torch.tensor(lora_run.traces[0]["logits"]), atol=LOGITS_ATOL, rtol=1e-4)
+
+
+def test_bf16_with_gradient_checkpointing_trains_and_exports(bf16_run):
+    from transformers import AutoModelForCausalLM
+
+    losses = bf16_run.losses()
+    assert losses[10] < losses[1] - 0.5, losses
+    model = AutoModelForCausalLM.from_pretrained(str(bf16_run.out / "final"))
+    assert next(model.parameters()).dtype == torch.float32  # fp32 master weights, bf16 compute
