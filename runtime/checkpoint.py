@@ -110,6 +110,14 @@ def resolve_resume(resume: str, output_dir: Path) -> Path | None:
     return p
 
 
+def state_dict_kind(strategy: str, state_dict_type: str) -> str:
+    """What a checkpoint of this strategy holds: 'deepspeed', FSDP's 'sharded'/'full', or
+    'full' (DDP and single-process runs keep whole tensors)."""
+    if strategy.startswith("zero"):
+        return "deepspeed"
+    return state_dict_type if strategy.startswith("fsdp") else "full"
+
+
 def check_compatible(meta: CheckpointMeta, strategy: str, state_dict_type: str, world_size: int, ckpt: Path) -> None:
     """Refuse resuming a checkpoint written by another strategy or world size, saying how to convert."""
     convert = (f"convert it to a full model with `tuner checkpoint export {ckpt} --out DIR` and start a new run "

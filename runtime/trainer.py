@@ -223,9 +223,7 @@ class Trainer:
         self.say(f"resumed from {path} at step {self.step} (epoch {self.epoch}, batch {self.batches_in_epoch})")
 
     def _state_dict_type(self) -> str:
-        if self.is_ds:
-            return "deepspeed"
-        return self.s.checkpoint.state_dict_type if self.strategy.startswith("fsdp") else "full"
+        return ckpt.state_dict_kind(self.strategy, self.s.checkpoint.state_dict_type)
 
     # -- the loop -----------------------------------------------------------------------
     def loop(self) -> None:

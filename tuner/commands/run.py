@@ -55,6 +55,7 @@ def run(args) -> int:
 
     try:
         arts = load(build_dir)
+        _check_resume(arts, args.resume)
         _clear_stale_offload(arts)
         from tuner.runtime.launch import launch
 
@@ -62,6 +63,19 @@ def run(args) -> int:
     except RunError as exc:
         print(f"tuner run: {exc.message}", file=sys.stderr)
         return exc.exit_code
+
+
+def _check_resume(arts, resume: str | None) -> None:
+    """Refuse a missing or incompatible checkpoint before any rank starts (the trainer
+    checks again on every rank)."""
+    if not resume:
+        return
+    from tuner.runtime import checkpoint as ckpt
+
+    path = ckpt.resolve_resume(resume, arts.output_dir)
+    if path is not None:
+        kind = ckpt.state_dict_kind(arts.strategy, arts.settings.checkpoint.state_dict_type)
+        ckpt.check_compatible(ckpt.read_meta(path), arts.strategy, kind, arts.plan.world_size, path)
 
 
 def _clear_stale_offload(arts) -> None:
