@@ -20,7 +20,6 @@ import socket
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 from .artefacts import Artefacts, RunError
 

@@ -18,6 +18,8 @@ Each entry says which library builds it and how:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import copy
 from typing import Any
 
@@ -122,11 +124,10 @@ PACKAGED: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def packaged_dir(path: str) -> "Path | None":
+def packaged_dir(path: str) -> Path | None:
     """The model folder of a packaged built-in (``builtin:all-minilm-l6-v2``), or None when
     `path` names none or its package is not installed. Imports only that small package."""
     import importlib
-    from pathlib import Path
 
     text = str(path).strip()
     name = text.split(":", 1)[1].strip().lower() if text.startswith(BUILTIN_PREFIX + ":") else ""

@@ -127,7 +127,7 @@ class Trainer:
         dtypes: dict[str, int] = {}
         for p in model.parameters():
             dtypes[str(p.dtype).replace("torch.", "")] = dtypes.get(str(p.dtype).replace("torch.", ""), 0) + p.numel()
-        notes = [f"parameter dtypes: " + ", ".join(f"{k} ({v:,})" for k, v in sorted(dtypes.items()))]
+        notes = ["parameter dtypes: " + ", ".join(f"{k} ({v:,})" for k, v in sorted(dtypes.items()))]
         if len(dtypes) > 1 and self.strategy == "fsdp1":
             model.to(torch.float32)
             notes.append("FSDP v1 needs one dtype per flat parameter: all parameters cast to float32")

@@ -11,12 +11,11 @@ Documents are tokenised, joined with the end-of-text token and packed into rows 
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .base import Family, FamilyContext, FamilyError
+from .base import Family, FamilyContext, FamilyError, read_jsonl
 
 #: Tiny configurations built locally (no download). Sizes are Llama config fields.
 BUILTIN: dict[str, dict[str, Any]] = {
@@ -48,14 +47,8 @@ def read_documents(path: Path) -> list[str]:
     text = path.read_text(encoding="utf-8")
     if path.suffix in (".jsonl", ".json"):
         docs = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise FamilyError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
-            if not isinstance(item, dict) or not isinstance(item.get("text"), str):
+        for n, item in read_jsonl(path):
+            if not isinstance(item.get("text"), str):
                 raise FamilyError(f"{path}:{n}: each line needs a string field 'text'")
             docs.append(item["text"])
         return docs

@@ -32,7 +32,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Iterable
 
-from .base import Family, FamilyContext, FamilyError
+from .base import Family, FamilyContext, FamilyError, read_jsonl
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "diffusion"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
@@ -121,13 +121,7 @@ def read_image_folder(folder: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     index = folder / "captions.jsonl"
     if index.is_file():
-        for n, line in enumerate(index.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise FamilyError(f"{index}:{n}: not valid JSON ({exc.msg})") from None
+        for n, item in read_jsonl(index):
             name = item.get("file") or item.get("image") or item.get("file_name")
             if not isinstance(name, str):
                 raise FamilyError(f"{index}:{n}: each line needs a 'file' naming an image")

@@ -19,14 +19,12 @@ What this module owns, independent of the strategy the trainer runs under:
 from __future__ import annotations
 
 import json
-import math
 import random
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
-from .base import Family, FamilyContext, FamilyError
+from .base import Family, FamilyContext, FamilyError, read_jsonl
 
 import torch
 import torch.distributed as dist
@@ -191,16 +189,12 @@ def read_pairs(path: str | Path) -> list[dict[str, Any]]:
     """JSONL rows with ``query`` and ``positive`` (and optionally ``negatives``: list or str)."""
     rows = []
     src = BUILTIN_PAIRS if str(path) in ("", "builtin") else Path(path).expanduser()
-    with open(src, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            if "query" not in row or "positive" not in row:
-                raise ValueError(f"{src}:{lineno}: an embedding pair needs 'query' and 'positive'")
-            neg = row.get("negatives", row.get("negative", []))
-            row["negatives"] = [neg] if isinstance(neg, str) else list(neg)
-            rows.append(row)
+    for lineno, row in read_jsonl(src):
+        if "query" not in row or "positive" not in row:
+            raise FamilyError(f"{src}:{lineno}: an embedding pair needs 'query' and 'positive'")
+        neg = row.get("negatives", row.get("negative", []))
+        row["negatives"] = [neg] if isinstance(neg, str) else list(neg)
+        rows.append(row)
     return rows
 
 
@@ -550,7 +544,7 @@ class EmbeddingFamily(Family):
         """Held-out retrieval: every rank embeds its share, the embeddings are gathered, and
         each query ranks the positives of the WHOLE held-out split (recall@1, MRR), plus
         the contrastive loss, at full width and per Matryoshka dimension."""
-        qs, ps, losses = [], [], []
+        qs, ps = [], []
         with torch.no_grad():
             for batch in batches:
                 n_neg = int(batch["num_negatives"])

@@ -5,7 +5,6 @@ resume (a resumed run ends with the same EMA as an uninterrupted one)."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest

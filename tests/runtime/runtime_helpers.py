@@ -11,10 +11,10 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
+from tests.run_result import Run
+
 
 ROWS = 64  # about: 36 documents pack into ~64 rows
 SEQ = 32
@@ -63,29 +63,6 @@ def write_data(d: Path) -> None:
     # ~40 tokens per sentence-group: take enough docs for ROWS rows, then trim in the family.
     (d / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs[:36]))
     (d / "val.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs[-12:]))
-
-
-@dataclass
-class Run:
-    dir: Path
-    proc: subprocess.CompletedProcess
-    elapsed: float
-    traces: dict[int, dict] = field(default_factory=dict)
-
-    @property
-    def out(self) -> Path:
-        return self.dir / "out"
-
-    @property
-    def output(self) -> str:
-        return self.proc.stdout + self.proc.stderr
-
-    def metrics(self) -> list[dict]:
-        p = self.out / "metrics.jsonl"
-        return [json.loads(x) for x in p.read_text().splitlines()] if p.is_file() else []
-
-    def losses(self) -> dict[int, float]:
-        return {m["step"]: m["loss"] for m in self.metrics() if "loss" in m}
 
 
 def tuner_env(extra: dict | None = None) -> dict:

@@ -105,8 +105,6 @@ def test_export_matches_trained_model(trained):
     assert (final / "model.safetensors").is_file() and (final / "config.json").is_file()
     assert (final / "tokenizer.json").is_file()
     model = AutoModelForCausalLM.from_pretrained(str(final)).eval()
-    from tuner.runtime.families.causal_lm import PackedDataset  # noqa: F401  (import check)
-
     rows = _rows_tensor(run.dir)[:2]
     with torch.no_grad():
         logits = model(input_ids=rows).logits[:, :4, :8]
