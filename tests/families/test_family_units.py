@@ -129,3 +129,18 @@ def test_tiny_tokenizer_knows_its_characters():
     assert len(tok) > 60
     assert tok.unk_token_id not in ids
     assert tok.decode(ids, skip_special_tokens=True).replace(" ", "") == "hello,world42"
+
+
+def test_bad_pair_files_are_family_errors_naming_file_and_line(tmp_path):
+    """Regression: a bad line or a missing file gave a traceback instead of a message."""
+    from tuner.runtime.families.base import FamilyError
+
+    bad = tmp_path / "pairs.jsonl"
+    bad.write_text('{"query": "a", "positive": "b"}\n\n{"query": "c", positive: "d"}\n')
+    with pytest.raises(FamilyError, match=r"pairs.jsonl:3: not valid JSON"):
+        E.read_pairs(bad)
+    bad.write_text('{"query": "a"}\n')
+    with pytest.raises(FamilyError, match=r"pairs.jsonl:1: an embedding pair needs 'query' and 'positive'"):
+        E.read_pairs(bad)
+    with pytest.raises(FamilyError, match="data file not found"):
+        E.read_pairs(tmp_path / "missing.jsonl")
