@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import time
 import warnings
 from datetime import timedelta
@@ -347,14 +348,10 @@ class Trainer:
         if self.main:
             tmp = out_dir.with_name(out_dir.name + ".tmp")
             if tmp.exists():
-                import shutil
-
                 shutil.rmtree(tmp)
             with plain_model_init():
                 self.fam.export(state, tmp)
             if out_dir.exists():
-                import shutil
-
                 shutil.rmtree(out_dir)
             os.replace(tmp, out_dir)
             print(f"exported full model: {out_dir}", flush=True)
