@@ -103,14 +103,14 @@ class DetectionResult:
         """A plain-text report (what `tuner blocks` prints)."""
         lines = [f"{self.model_class} ({self.library}, family {self.family}"
                  + (f", flavour {self.flavour}" if self.flavour else "") + f"): "
-                 f"{_count(self.total_parameters)} parameters" + ("  [cached]" if self.cached else "")]
+                 f"{human_count(self.total_parameters)} parameters" + ("  [cached]" if self.cached else "")]
         header = f"{'class':<36} {'params':>10} {'share':>6} {'count':>6}  sample paths"
         lines += ["", header, "-" * len(header)]
         total = max(1, self.total_parameters)
         for c in self.classes[:limit]:
             mark = "*" if c.name in self.suggested else " "
             paths = ", ".join(p or "<root>" for p in c.sample_paths)
-            lines.append(f"{mark}{c.name:<35} {_count(c.parameters):>10} {100 * c.parameters / total:5.1f}% "
+            lines.append(f"{mark}{c.name:<35} {human_count(c.parameters):>10} {100 * c.parameters / total:5.1f}% "
                          f"{c.occurrences:>6}  {paths}")
         if len(self.classes) > limit:
             lines.append(f" ... {len(self.classes) - limit} more classes (--json lists all)")
@@ -123,10 +123,11 @@ class DetectionResult:
         return "\n".join(lines)
 
 
-def _count(n: int) -> str:
+def human_count(n: int, digits: int = 2) -> str:
+    """1234567 -> '1.23M' (parameter counts in tables)."""
     for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= size:
-            return f"{n / size:.2f}{unit}"
+            return f"{n / size:.{digits}f}{unit}"
     return str(n)
 
 

@@ -33,3 +33,8 @@ class Run:
 
     def last(self, key: str) -> float:
         return [m[key] for m in self.metrics() if key in m][-1]
+
+    def check(self) -> "Run":
+        """Assert the run exited 0 (showing the end of its output otherwise); returns self."""
+        assert self.proc.returncode == 0, self.output[-6000:]
+        return self

@@ -18,6 +18,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Label, Static
 
+from tuner.compiler.block_cache import human_count
+
 from .model import WizardState
 from .services import ServiceUnavailable
 
@@ -54,15 +56,8 @@ def summary(data: dict[str, Any]) -> str:
     if data.get("model_class"):
         parts.append(str(data["model_class"]) + (f" ({data['library']})" if data.get("library") else ""))
     if data.get("total_parameters"):
-        parts.append(f"{human(int(data['total_parameters']))} parameters")
+        parts.append(f"{human_count(int(data['total_parameters']), digits=1)} parameters")
     return ", ".join(parts)
-
-
-def human(n: int) -> str:
-    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f}{unit}"
-    return str(n)
 
 
 class BlocksModal(ModalScreen[list[str] | None]):
@@ -136,7 +131,7 @@ class BlocksModal(ModalScreen[list[str] | None]):
             else "_no_split_modules: (none declared)")
         for c in sorted(classes, key=lambda c: -c["params"]):
             self.names.append(c["name"])
-            table.add_row(self._mark(c["name"]), c["name"], human(c["params"]), str(c["occurrences"]),
+            table.add_row(self._mark(c["name"]), c["name"], human_count(c["params"], digits=1), str(c["occurrences"]),
                           c["paths"][0] if c["paths"] else "", key=c["name"])
         table.focus()
 

@@ -104,6 +104,6 @@ def tuner_run(d: Path, settings: dict, *args: str, timeout: float = 400, trace: 
 
 
 def assert_ok(run: Run) -> None:
-    assert run.proc.returncode == 0, run.output[-6000:]
+    run.check()
 
 
