@@ -325,6 +325,10 @@ class Trainer:
     # -- the end ------------------------------------------------------------------------
     def finish(self) -> None:
         t = self.s.training
+        if self.trace_dir:
+            # Before any forward below: FSDP2 leaves the root module's parameters unsharded
+            # after a forward pass, which would overstate what a rank holds while training.
+            self.trace["state_bytes"] = rank_state_bytes(self.model, self.optimizer)
         if self.val_loader is not None and (not t.validation_every or self.step % t.validation_every):
             self.validate()
         if self.trace_dir:
@@ -335,7 +339,7 @@ class Trainer:
         if self.trace_dir:
             self.trace.update(rank=self.rank, process_index=self.acc.process_index, num_processes=self.world,
                               is_main=self.main, distributed_type=self.acc.distributed_type.name,
-                              losses=self.losses, state_bytes=rank_state_bytes(self.model, self.optimizer))
+                              losses=self.losses)
             Path(self.trace_dir).mkdir(parents=True, exist_ok=True)
             Path(self.trace_dir, f"rank{self.rank}.json").write_text(json.dumps(self.trace), encoding="utf-8")
         self.reporter.close()

@@ -5,10 +5,10 @@ what each rank holds (`tuner.runtime.memory.rank_state_bytes`) at the end of tra
     python _measure_ranks.py worker BUILD_DIR OUT_DIR   # one rank (started by launch)
 
 The ranks are the runtime's own: its artefact loader, the environment `accelerate launch`
-would set for the compiled YAML (`tuner.runtime.launch.accelerate_env`), and its `Trainer`
-unchanged except that `finish` first writes ``rank{N}.json`` with the measured bytes. The
-measurement is taken after the last optimizer step, before the trainer's end-of-run
-forward passes (FSDP2 leaves the root module's parameters unsharded after a forward).
+would set for the compiled YAML (`tuner.runtime.launch.accelerate_env`), and its `Trainer`,
+unchanged. Its trace (TUNER_TRACE_DIR) writes ``rank{N}.json`` with `state_bytes`, measured
+after the last optimizer step and before the end-of-run forward passes (FSDP2 leaves the
+root module's parameters unsharded after a forward).
 
 `launch` starts the ranks itself with the variables torchrun would set (RANK, LOCAL_RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT), several builds one after another from one process,
@@ -17,12 +17,10 @@ so the test pays for the launcher's imports once rather than per strategy.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 
 def _port() -> int:
@@ -63,17 +61,12 @@ def launch(pairs: list[tuple[str, str]]) -> int:
 
 def worker(build: str, out: str) -> int:
     from tuner.runtime.artefacts import load
-    from tuner.runtime.memory import rank_state_bytes
     from tuner.runtime.trainer import Trainer
 
-    class MeasuringTrainer(Trainer):
-        def finish(self) -> None:
-            held = rank_state_bytes(self.model, self.optimizer)
-            Path(out).mkdir(parents=True, exist_ok=True)
-            Path(out, f"rank{self.rank}.json").write_text(json.dumps(held))
-            super().finish()
-
-    MeasuringTrainer(load(build)).train()
+    # The trainer's own trace records `rank_state_bytes` after the last optimizer step,
+    # before its end-of-run forward passes, in OUT/rank{N}.json.
+    os.environ["TUNER_TRACE_DIR"] = out
+    Trainer(load(build)).train()
     return 0
 
 

@@ -67,8 +67,10 @@ def measured(tmp_path_factory) -> dict[str, tuple[dict, list[dict]]]:
     run = subprocess.run([sys.executable, str(HELPER), "launch", *pairs], capture_output=True, text=True,
                          timeout=900, cwd=root)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return {name: (predicted[name], [json.loads((root / name / "measured" / f"rank{r}.json").read_text())
-                                     for r in (0, 1)])
+    def measured(name: str, rank: int) -> dict:
+        return json.loads((root / name / "measured" / f"rank{rank}.json").read_text())["state_bytes"]
+
+    return {name: (predicted[name], [measured(name, r) for r in (0, 1)])
             for name in STRATEGIES}
 
 
