@@ -55,7 +55,6 @@ _COMM = {"allgather": "allgather", "all_gather": "allgather", "all-gather": "all
 _OFFLOAD = {"none": "none", "no": "none", "off": "none", "false": "none", "": "none", "cpu": "cpu", "nvme": "nvme"}
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
-_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 
 def _lookup(table: dict[str, str]) -> Callable[[Any], Any]:

@@ -120,8 +120,8 @@ def check(n: Normalised, diags: Diagnostics) -> tuple[Settings, Plan]:
             diags.warning("fsdp.activation_checkpointing",
                           "both training.gradient_checkpointing and fsdp.activation_checkpointing are on; "
                           "FSDP's activation checkpointing is used", "turn one of them off")
-    elif _fsdp_keys_set(explicit):
-        keys = ", ".join(sorted(_fsdp_keys_set(explicit)))
+    elif fsdp_keys := sorted(k for k in explicit if k.startswith("fsdp.") and k != "fsdp.enabled"):
+        keys = ", ".join(fsdp_keys)
         diags.warning("fsdp.enabled", f"FSDP options are set ({keys}) but FSDP is off", "set fsdp.enabled = true or remove them")
 
     # -- topology ---------------------------------------------------------------------
@@ -167,6 +167,3 @@ def check(n: Normalised, diags: Diagnostics) -> tuple[Settings, Plan]:
     )
     return s, plan
 
-
-def _fsdp_keys_set(explicit: set[str]) -> set[str]:
-    return {k for k in explicit if k.startswith("fsdp.") and k != "fsdp.enabled"}
