@@ -104,18 +104,25 @@ def _check_fit(s: Settings, plan: Plan, diags: Diagnostics, base_dir: Path | Non
     c = est.chosen
     if c is None:
         return
-    better = _estimate.LABELS.get(est.recommendation or "", est.recommendation or "")
-    fix = (f"the cheapest option that fits is {better}" if est.recommendation and est.recommendation != c.name
-           else "raise the memory, shard further (FSDP2 / ZeRO-3), offload, or enable gradient checkpointing")
+    if est.model is not None and est.model.uncertain:
+        diags.note("model.path", est.model.uncertain)
+    if est.recommendation and est.recommendation != c.name:
+        fix = f"the cheapest option that fits is {est.recommendation_line}"
+    elif est.recommendation_line and not est.recommendation:
+        fix = f"recommended: {est.recommendation_line}"
+    else:
+        fix = "raise the memory, shard further (FSDP2 / ZeRO-3), offload, or enable gradient checkpointing"
     fix += "; see `tuner estimate` for the table"
     if c.fits_gpu is False:
         diags.warning("hardware.gpu_memory_gib",
                       f"{c.label} needs about {_estimate.gib(c.per_gpu)} per GPU; "
-                      f"{_estimate.gib(est.gpu_capacity)} available ({est.capacity_source})", fix)
+                      f"{_estimate.gib(est.usable_gpu)} usable of {_estimate.gib(est.gpu_capacity)} "
+                      f"({100 * est.gpu_margin:.0f}% kept for fragmentation; {est.capacity_source})", fix)
     if c.fits_host is False:
         diags.warning("hardware.host_memory_gib",
                       f"{c.label} needs about {_estimate.gib(c.per_host)} host RAM per machine; "
-                      f"{_estimate.gib(est.host_capacity)} available ({est.capacity_source})", fix)
+                      f"{_estimate.gib(est.host_capacity)} available ({est.capacity_source})",
+                      _estimate.host_advice(c, est.host_capacity) + "; see `tuner estimate` for the table")
 
 
 def check(s: Settings, plan: Plan, diags: Diagnostics) -> None:

@@ -155,7 +155,7 @@ def test_compiler_warns_when_the_strategy_does_not_fit(tmp_path):
     assert result.ok  # a warning, not an error
     warn = [d for d in result.diagnostics.items if d.key == "hardware.gpu_memory_gib"]
     assert len(warn) == 1 and warn[0].severity == "warning"
-    assert "DDP needs about" in warn[0].message and "40.00 GiB available" in warn[0].message
+    assert "DDP needs about" in warn[0].message and "36.00 GiB usable of 40.00 GiB" in warn[0].message
     assert "cheapest option that fits" in warn[0].fix
 
 
