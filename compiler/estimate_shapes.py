@@ -29,13 +29,24 @@ ENCODERS = ("bert", "roberta", "xlm-roberta", "camembert")
 ENCODERS_UNCERTAIN = ("electra", "mpnet")
 KNOWN = DENSE + MOE + ENCODERS + ("gpt2",)
 
-#: Class defaults that matter when config.json leaves a field out (transformers 5).
+#: Class defaults that matter when config.json leaves a field out (transformers 5; the
+#: test compares every entry with the configuration class).
+_DEEPSEEK_MLA = {"kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+                 "v_head_dim": 128}
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma": {"tie_word_embeddings": True, "head_dim": 256},
     "gemma2": {"tie_word_embeddings": True, "head_dim": 256},
     "gemma3_text": {"tie_word_embeddings": True, "head_dim": 256},
     "qwen3": {"head_dim": 128},
-    "qwen3_moe": {"head_dim": 128},
+    "mixtral": {"num_local_experts": 8, "num_experts_per_tok": 2},
+    "qwen2_moe": {"num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+                  "shared_expert_intermediate_size": 5632, "decoder_sparse_step": 1, "qkv_bias": True},
+    "qwen3_moe": {"num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+                  "decoder_sparse_step": 1},
+    "deepseek_v2": {"n_routed_experts": 64, "moe_intermediate_size": 1407, "n_shared_experts": 2,
+                    "first_k_dense_replace": 0, **_DEEPSEEK_MLA},
+    "deepseek_v3": {"n_routed_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 2048,
+                    "n_shared_experts": 1, "first_k_dense_replace": 3, **_DEEPSEEK_MLA},
 }
 
 
@@ -43,6 +54,18 @@ def _cfg(config: dict[str, Any], *names: str, default: Any = None) -> Any:
     for n in names:
         if config.get(n) is not None:
             return config[n]
+    return default
+
+
+def _field(config: dict[str, Any], defaults: dict[str, Any], *names: str, default: Any = None) -> Any:
+    """The first of `names` the config has (an explicit null counts: DeepSeek-V2-Lite's
+    ``q_lora_rank``), else the class default, else `default`."""
+    for n in names:
+        if n in config:
+            return config[n]
+    for n in names:
+        if n in defaults:
+            return defaults[n]
     return default
 
 
@@ -114,31 +137,32 @@ def architecture(config: dict[str, Any]) -> Arch | None:
     tied = bool(_cfg(c, "tie_word_embeddings", default=defaults.get("tie_word_embeddings", False)))
     a = Arch(mt, h, layers, heads, kv, hd, vocab, inter, tied=tied)
     attention_bias = bool(c.get("attention_bias", False))
-    a.qkv_bias = attention_bias or mt == "qwen2" or (mt == "qwen2_moe" and bool(c.get("qkv_bias", True)))
+    a.qkv_bias = attention_bias or mt == "qwen2" or (mt == "qwen2_moe" and bool(_field(c, defaults, "qkv_bias")))
     a.o_bias = attention_bias and mt not in ("qwen2", "qwen2_moe", "mistral", "mixtral")
     a.qkv_bias = a.qkv_bias and mt not in ("mistral", "mixtral")
     a.mlp_bias = bool(c.get("mlp_bias", False)) and mt in ("llama", "deepseek_v2")
     a.qk_norm = mt in ("qwen3", "qwen3_moe", "gemma3_text")
     a.norms_per_layer = 4 if mt in ("gemma2", "gemma3_text") else 2
-    if c.get("kv_lora_rank"):  # DeepSeek's multi-head latent attention
-        a.kv_lora = int(c["kv_lora_rank"])
-        a.q_lora = int(c.get("q_lora_rank") or 0)
-        a.rope_dim = int(_cfg(c, "qk_rope_head_dim", default=64))
-        a.nope_dim = int(_cfg(c, "qk_nope_head_dim", default=128))
-        a.v_head_dim = int(_cfg(c, "v_head_dim", default=128))
-    experts = int(_cfg(c, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
+    if _field(c, defaults, "kv_lora_rank"):  # DeepSeek's multi-head latent attention
+        a.kv_lora = int(_field(c, defaults, "kv_lora_rank"))
+        a.q_lora = int(_field(c, defaults, "q_lora_rank") or 0)
+        a.rope_dim = int(_field(c, defaults, "qk_rope_head_dim", default=64))
+        a.nope_dim = int(_field(c, defaults, "qk_nope_head_dim", default=128))
+        a.v_head_dim = int(_field(c, defaults, "v_head_dim", default=128))
+    experts = int(_field(c, defaults, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
     if experts:
         a.experts = experts
-        a.top_k = int(_cfg(c, "num_experts_per_tok", "num_experts_per_token", default=2) or 2)
-        a.moe_inter = int(_cfg(c, "moe_intermediate_size", default=inter))
+        a.top_k = int(_field(c, defaults, "num_experts_per_tok", "num_experts_per_token", default=2) or 2)
+        a.moe_inter = int(_field(c, defaults, "moe_intermediate_size", default=inter))
         if mt.startswith("deepseek"):
-            a.shared_inter = a.moe_inter * int(c.get("n_shared_experts") or 0)
-            first = int(c.get("first_k_dense_replace") or 0)
+            a.shared_inter = a.moe_inter * int(_field(c, defaults, "n_shared_experts") or 0)
+            first = int(_field(c, defaults, "first_k_dense_replace") or 0)
             a.moe_layers = list(range(first, layers))
         else:
             if mt == "qwen2_moe":
-                a.shared_inter, a.shared_gate = int(c.get("shared_expert_intermediate_size") or 0), True
-            step = int(c.get("decoder_sparse_step") or 1)
+                a.shared_inter = int(_field(c, defaults, "shared_expert_intermediate_size") or 0)
+                a.shared_gate = True
+            step = int(_field(c, defaults, "decoder_sparse_step", default=1) or 1)
             dense_only = set(c.get("mlp_only_layers") or [])
             a.moe_layers = [i for i in range(layers) if i not in dense_only and (i + 1) % step == 0]
     if mt not in DENSE + MOE:

@@ -119,52 +119,65 @@ def resolve(model: str, family: str | None = None, flavour: str = "") -> ModelSp
                      fingerprint=block_cache.file_sha256(cfg_file))
 
 
-def _build(spec: ModelSpec, device: str):
+def _prepare(spec: ModelSpec):
+    """Everything a build needs but the build itself: the libraries, the model class (a lazy
+    attribute of diffusers, or transformers' auto mapping, imports its module here) and the
+    config object. Returns a function that builds the model on a device, importing nothing."""
     import torch
 
-    with torch.device(device):
-        if spec.library == "diffusers":
-            import diffusers
-
-            cls = getattr(diffusers, spec.class_name, None)
-            if cls is None or not hasattr(cls, "from_config"):
-                raise DetectionError(f"diffusers has no model class {spec.class_name!r} "
-                                     f"(diffusers {diffusers.__version__})")
-            config = {k: v for k, v in spec.config.items() if not k.startswith("_") or k == "_class_name"}
-            return cls.from_config(config)
-        import transformers
-        from transformers import AutoConfig
-
-        if spec.builtin:
-            cfg = dict(spec.config)
-            cfg_obj = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-        else:
-            cfg_obj = AutoConfig.from_pretrained(str(spec.config_dir))
-        auto = transformers.AutoModelForCausalLM if spec.family == "causal_lm" else transformers.AutoModel
-        return auto.from_config(cfg_obj)
-
-
-def _import_libraries(spec: ModelSpec) -> None:
-    import torch  # noqa: F401
-
     if spec.library == "diffusers":
-        import diffusers  # noqa: F401
+        import diffusers
+
+        cls = getattr(diffusers, spec.class_name, None)
+        if cls is None or not hasattr(cls, "from_config"):
+            raise DetectionError(f"diffusers has no model class {spec.class_name!r} "
+                                 f"(diffusers {diffusers.__version__})")
+        config = {k: v for k, v in spec.config.items() if not k.startswith("_") or k == "_class_name"}
+
+        def build_diffusers(device: str):
+            with torch.device(device):
+                return cls.from_config(config)
+
+        return build_diffusers
+    import transformers
+    from transformers import AutoConfig
+
+    if spec.builtin:
+        cfg = dict(spec.config)
+        cfg_obj = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     else:
-        import transformers.modeling_utils  # noqa: F401 - what every model class imports
+        cfg_obj = AutoConfig.from_pretrained(str(spec.config_dir))
+    auto = transformers.AutoModelForCausalLM if spec.family == "causal_lm" else transformers.AutoModel
+    try:
+        auto._model_mapping[type(cfg_obj)]  # imports the modeling module now, not in the timed build
+    except KeyError:
+        pass  # from_config raises the library's own message in the build
+
+    def build_transformers(device: str):
+        with torch.device(device):
+            return auto.from_config(cfg_obj)
+
+    return build_transformers
 
 
 def build_model(model: str, family: str | None = None, flavour: str = "", device: str = "meta"):
     """The model `model` describes, built on `device` (``meta``: no memory) from config only."""
     spec = model if isinstance(model, ModelSpec) else resolve(model, family, flavour)
-    # Not under transformers' no_init_weights: it also skips tying (tied embeddings would
-    # count twice), and initialising meta tensors costs next to nothing anyway.
+    build = _guarded(spec, lambda: _prepare(spec))
+    return _guarded(spec, lambda: build(device))
+
+
+def _guarded(spec: ModelSpec, step):
+    """`step()`, with a library's error turned into a `DetectionError` for the person.
+
+    Builds run outside transformers' no_init_weights: it also skips tying (tied embeddings
+    would count twice), and initialising meta tensors costs next to nothing anyway."""
     try:
-        return _build(spec, device)
+        return step()
     except DetectionError:
         raise
     except (ValueError, KeyError, TypeError, OSError, AttributeError, ImportError) as exc:
-        # A config the library cannot build (remote code, a newer model type, bad fields):
-        # a message for the person, not a traceback.
+        # A config the library cannot build (remote code, a newer model type, bad fields).
         raise DetectionError(f"cannot build {spec.class_name or spec.library + ' model'} from "
                              f"{spec.config_file or spec.model}: {type(exc).__name__}: {exc}") from None
 
@@ -283,9 +296,11 @@ def detect(model: str, family: str | None = None, flavour: str = "", refresh: bo
         cached = block_cache.get(spec.model, spec.family, spec.flavour)
         if cached is not None:
             return cached
-    _import_libraries(spec)  # most of a detection's time; kept out of `seconds`
+    # Imports (the libraries and the model class's own module) and config parsing are most
+    # of a detection's time: `_prepare` does them before the clock starts.
+    build = _guarded(spec, lambda: _prepare(spec))
     start = time.perf_counter()
-    module = build_model(spec, device="meta")
+    module = _guarded(spec, lambda: build("meta"))
     classes, numels, total = inspect(module)
     no_split = list(getattr(module, "_no_split_modules", None) or [])
     suggested = suggest_wrap_classes(module, classes, no_split)
