@@ -121,9 +121,14 @@ def advise(est: Estimate, strategy: str, machines: int, rerun: Rerun) -> None:
         est.recommendation_line = (f"nothing fits on {machines} machine(s); {r.label} fits on {gpus} GPUs "
                                    f"({n} machines of {r.ranks_per_host}{switch})")
         return
-    worst = min((r for r in est.rows if r.name in SCALABLE), key=lambda r: r.device.total)
-    fixed = worst.device.activations + worst.device.overhead
     est.recommendation_line = "nothing fits at any number of machines"
-    est.advice.append(f"activations and the CUDA context need {gib(fixed)} per GPU whatever the sharding: "
-                      "enable training.gradient_checkpointing, lower training.micro_batch_size or data.seq_len / "
-                      "data.resolution, or split the sequence (context_parallel.size)")
+    at_scale = [rerun(name, MAX_MACHINES, efficient_loading=True) for name in SCALABLE]
+    best = min(at_scale, key=lambda r: r.device.total)
+    if best.fits_gpu is False:
+        fixed = best.device.activations + best.device.overhead
+        est.advice.append(f"activations and the CUDA context need {gib(fixed)} per GPU whatever the sharding: "
+                          "enable training.gradient_checkpointing, lower training.micro_batch_size or "
+                          "data.seq_len / data.resolution, or split the sequence (context_parallel.size)")
+    else:
+        host = min(at_scale, key=lambda r: r.per_host)
+        est.advice.append(host_advice(host, est.host_capacity) + " (even on many machines)")
