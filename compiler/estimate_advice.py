@@ -50,15 +50,17 @@ def host_advice(r: StrategyEstimate, capacity: int) -> str:
     transient = max(r.load_peak_host, save)
     steady = r.per_host - transient
     one_copy = r.load_peak_host // max(1, r.ranks_per_host)
-    if r.load_peak_host >= save and r.ranks_per_host > 1 and not r.efficient_loading \
-            and steady + max(one_copy, save) <= capacity:
-        cause = (f"host RAM is the bottleneck while the model loads: each of the {r.ranks_per_host} ranks "
-                 f"per machine loads the fp32 weights ({gib(r.load_peak_host)} together)")
-        if r.loading_switch:
-            return f"{cause}; set {r.loading_switch} = true to load them once per machine"
-        return (f"{cause}; only fsdp.cpu_ram_efficient_loading (FSDP) or deepspeed.zero3_init (ZeRO-3) load "
-                "them once per machine: sharding further or checkpointing does not help")
-    if save >= r.load_peak_host and steady + r.load_peak_host <= capacity:
+    if r.load_peak_host >= save and steady <= capacity:
+        if r.ranks_per_host > 1 and not r.efficient_loading and steady + max(one_copy, save) <= capacity:
+            cause = (f"host RAM is the bottleneck while the model loads: each of the {r.ranks_per_host} ranks "
+                     f"per machine loads the fp32 weights ({gib(r.load_peak_host)} together)")
+            if r.loading_switch:
+                return f"{cause}; set {r.loading_switch} = true to load them once per machine"
+            return (f"{cause}; only fsdp.cpu_ram_efficient_loading (FSDP) or deepspeed.zero3_init (ZeRO-3) load "
+                    "them once per machine: sharding further or checkpointing does not help")
+        return (f"loading the model takes {gib(r.load_peak_host)} host RAM per machine on top of {gib(steady)} "
+                "steady: more host RAM per machine is the fix (more machines do not shrink it)")
+    if save > r.load_peak_host and steady + r.load_peak_host <= capacity:
         return (f"saving a full state dict gathers {gib(save)} on the main host: set "
                 "checkpoint.state_dict_type = \"sharded\" and checkpoint.export = false, or add host RAM")
     return (f"{r.label} needs {gib(r.per_host)} host RAM per machine ({gib(steady)} steady: rank processes "
@@ -130,5 +132,6 @@ def advise(est: Estimate, strategy: str, machines: int, rerun: Rerun) -> None:
                           "enable training.gradient_checkpointing, lower training.micro_batch_size or "
                           "data.seq_len / data.resolution, or split the sequence (context_parallel.size)")
     else:
-        host = min(at_scale, key=lambda r: r.per_host)
-        est.advice.append(host_advice(host, est.host_capacity) + " (even on many machines)")
+        host = host_advice(min(at_scale, key=lambda r: r.per_host), est.host_capacity)
+        if host not in est.advice:
+            est.advice.append(host)

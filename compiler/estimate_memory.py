@@ -326,10 +326,15 @@ def estimate_strategy(s: Settings, m: ModelSize, strategy: str, world: int, rank
         dev.overhead = GPU_OVERHEAD_BYTES
 
     load_copies = 1 if o.cpu_ram_efficient_loading else ranks_per_host
+    load_peak = load_copies * 4 * P
+    if o.cpu_ram_efficient_loading and o.deepspeed:
+        # zero.Init partitions every layer as it is built: DeepSpeed's own estimate
+        # (estimate_zero3_model_states_mem_needs, zero_init) is one fp32 layer per rank.
+        load_peak = ranks_per_host * 4 * block
     full_save = P * (b if o.deepspeed else 4)
     return StrategyEstimate(
         name=strategy, label=LABELS.get(strategy, strategy), device=dev, host=host, nvme=nvme,
-        ranks_per_host=ranks_per_host, load_peak_host=load_copies * 4 * P, full_save_host=full_save,
+        ranks_per_host=ranks_per_host, load_peak_host=load_peak, full_save_host=full_save,
         full_save_needed=s.checkpoint.state_dict_type == "full" or s.checkpoint.export, platform=platform,
         loading_switch=switch, efficient_loading=o.cpu_ram_efficient_loading)
 

@@ -96,9 +96,11 @@ class Estimate:
                          f"{_g(r.host.total):>10}{_g(r.per_host):>10}{_g(r.nvme_per_host):>9}  {ok}")
         c = self.chosen
         lines.append("")
-        lines.append(f"loading: {gib(c.load_peak_host)} host RAM per machine while the weights load"
-                     + (" (one copy per machine)" if c.efficient_loading else
-                        f" ({c.ranks_per_host} fp32 copies: one per rank)"))
+        how = f" ({c.ranks_per_host} fp32 copies: one per rank)"
+        if c.efficient_loading:
+            how = (" (zero.Init: one fp32 layer per rank)" if c.loading_switch == "deepspeed.zero3_init"
+                   else " (one fp32 copy per machine)")
+        lines.append(f"loading: {gib(c.load_peak_host)} host RAM per machine while the weights load{how}")
         lines.append(f"full state dict save: +{gib(c.full_save_host)} host RAM on the main host"
                      + ("" if c.full_save_needed else " (not needed: sharded checkpoints, no export)"))
         if self.recommendation_line:
