@@ -168,8 +168,9 @@ def architecture(config: dict[str, Any]) -> Arch | None:
     if mt not in DENSE + MOE:
         a.uncertain = (f"architecture {mt or 'unknown'!r} is not one tuner counts exactly; counted as a "
                        "Llama-style decoder")
-    elif c.get("sliding_window_layers") or c.get("moe_layer_freq") not in (None, 1):
-        a.uncertain = f"{mt} config fields tuner does not model (moe_layer_freq / layer patterns)"
+    elif c.get("moe_layer_freq") not in (None, 1):
+        a.uncertain = f"{mt} with moe_layer_freq = {c['moe_layer_freq']} (tuner counts every layer past "\
+                      "first_k_dense_replace as MoE)"
     return a
 
 

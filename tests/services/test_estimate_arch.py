@@ -107,15 +107,19 @@ def test_class_defaults_table_matches_transformers():
             assert getattr(cfg, key) == value, (mt, key)
 
 
+@pytest.mark.parametrize("bias", [False, True], ids=["plain", "biases"])
 @pytest.mark.parametrize("mt", DENSE + MOE)
-def test_class_defaults_apply_when_config_json_omits_them(tmp_path, mt):
-    """A config.json without tie_word_embeddings / head_dim / bias fields: tuner's count
-    equals the meta build, so its defaults are transformers' class defaults."""
+def test_class_defaults_apply_when_config_json_omits_them(tmp_path, mt, bias):
+    """A config.json without tie_word_embeddings / head_dim fields: tuner's count equals the
+    meta build, so its defaults are transformers' class defaults; with every bias switch on
+    (attention_bias, mlp_bias, qkv_bias) too."""
     from transformers import AutoConfig
 
     config = {"model_type": mt, "architectures": ["X"], "hidden_size": 64, "intermediate_size": 96,
               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
               **MINIMAL_MOE.get(mt, {})}
+    if bias:
+        config.update(attention_bias=True, mlp_bias=True, qkv_bias=True)
     assert bool(AutoConfig.for_model(mt).tie_word_embeddings) == architecture(config).tied
     meta_total, _ = _meta(tmp_path, mt, config)
     assert sum(analytic_count(config).sizes) == meta_total
