@@ -119,7 +119,9 @@ def advise(est: Estimate, strategy: str, machines: int, rerun: Rerun) -> None:
     if best is not None:
         n, r = best
         gpus = n * r.ranks_per_host
-        switch = f", {r.loading_switch} = true" if r.loading_switch and not c.efficient_loading else ""
+        as_set = est.row(r.name)
+        needs_switch = r.loading_switch and not (as_set is not None and as_set.efficient_loading)
+        switch = f", {r.loading_switch} = true" if needs_switch else ""
         est.recommendation_line = (f"nothing fits on {machines} machine(s); {r.label} fits on {gpus} GPUs "
                                    f"({n} machines of {r.ranks_per_host}{switch})")
         return

@@ -3,7 +3,9 @@
 Pure Python except for one case: when the settings target a GPU platform, state no GPU
 memory and no saved or injected hardware facts exist, the doctor is asked (imports torch).
 Capacities: stated in the settings > injected or saved facts > the doctor > this machine's
-RAM (only when this machine is the target platform).
+RAM (only when this machine is the target platform). Facts that describe another platform
+than the target are ignored by the estimate (`tuner.compiler.estimate.capacities`): the
+table then says the host RAM is unknown rather than checking the wrong machine's.
 """
 
 from __future__ import annotations
