@@ -211,6 +211,7 @@ def test_cli_estimate_json_and_table(tmp_path):
     assert data["strategy"] == "fsdp2" and data["chosen"]["name"] == "fsdp2"
     assert [s["name"] for s in data["strategies"]] == list(COMPARED)
     assert data["fits"] is True and data["recommendation"] == "fsdp2"
+    assert data["recommendation_line"] == "FSDP2" and data["usable_gpu"] == int(80 * GIB * 0.9)
     text = run_tuner("estimate", str(path), "--set", "fsdp.enabled=false")
     assert text.returncode == 0 and "> DDP (chosen)" in text.stdout and "recommended: ZeRO-1" in text.stdout
     assert "ZeRO-3 + NVMe offload" in text.stdout and "full state dict save" in text.stdout
