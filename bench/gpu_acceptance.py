@@ -32,6 +32,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -40,13 +41,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PLAIN = HERE / "plain_loop.py"
+STEPS = HERE / "acceptance_steps.py"
 GIB = 1024**3
 RATIO_TARGET = 0.95
 
-#: Dense bf16 tensor-core peaks (TFLOP/s, no sparsity), matched in order against the device name.
-PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0), ("H200", 989.0),
-                    ("H800", 989.0), ("A100", 312.0), ("A800", 312.0), ("L40S", 362.0), ("L4", 121.0),
-                    ("A10", 125.0), ("B200", 2250.0))
+#: Dense bf16 tensor-core peaks (TFLOP/s, NVIDIA datasheets, no sparsity), matched in order
+#: as whole words of the device name (so "A10" is not "A10G" and "L4" not "L40S").
+PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0), ("GH200", 989.0),
+                    ("H200", 989.0), ("H800", 989.0), ("A100", 312.0), ("A800", 312.0), ("L40S", 362.0),
+                    ("L40", 181.0), ("L4", 121.0), ("A10", 125.0), ("B200", 2250.0))
 
 #: The ~1.1B Llama-style decoder (TinyLlama-1.1B's shapes), random weights.
 GPU_MODEL = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 2048,
@@ -142,9 +145,9 @@ class Bench:
 
     # -- setup ----------------------------------------------------------------------------
     def setup(self) -> None:
-        self.work.mkdir(parents=True, exist_ok=True)
+        (self.work / "logs").mkdir(parents=True, exist_ok=True)
         dev = self.doc["device"] = self.device()
-        self.doc["model"] = json.loads(self.capture([sys.executable, str(Path(__file__)), "--_make-model",
+        self.doc["model"] = json.loads(self.capture([sys.executable, str(STEPS), "make-model",
                                                      str(self.work / "model"), json.dumps(self.model_config()),
                                                      "cuda" if dev["gpu"] else "cpu"]))
         tokens = (max(self.a.steps, 8) + 2) * self.a.micro_batch * self.a.seq_len
@@ -155,9 +158,10 @@ class Bench:
         self.prebuild = None
         if dev["gpu"] and any(s.startswith("zero") for s in self.a.strategies):
             # DeepSpeed JIT-builds its Adam ops on first use (nvcc, g++): start now, in parallel.
-            self.prebuild = subprocess.Popen([sys.executable, "-c", PREBUILD], cwd=self.work, env=self.env,
-                                             stdout=open(self.work / "logs" / "ds-ops.log", "w"),
-                                             stderr=subprocess.STDOUT, start_new_session=True)
+            with open(self.work / "logs" / "ds-ops.log", "w") as log:  # the child keeps its own handle
+                self.prebuild = subprocess.Popen([sys.executable, str(STEPS), "build-ds-ops"], cwd=self.work,
+                                                 env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                                 start_new_session=True)
             self.prebuild_t0 = time.monotonic()
 
     def capture(self, cmd: list[str]) -> str:
@@ -183,9 +187,7 @@ class Bench:
         if not gpus:
             sys.exit("gpu_acceptance: `tuner doctor` sees no GPU; use --smoke on CPU machines")
         name = gpus[0]["name"]
-        peak, source = self.a.peak_tflops, "--peak-tflops"
-        if peak is None:
-            peak, source = next(((v, f"table entry {k!r}") for k, v in PEAK_BF16_TFLOPS if k in name), (None, "unknown"))
+        peak, source = (self.a.peak_tflops, "--peak-tflops") if self.a.peak_tflops else peak_for(name)
         return {"gpu": True, "name": name, "memory_bytes": gpus[0]["memory_bytes"], "count": len(gpus),
                 "peak_bf16_tflops": peak, "peak_source": source, "versions": facts.get("versions", {})}
 
@@ -293,7 +295,7 @@ class Bench:
         return out
 
     def check_export(self, d: Path, trace: Path, name: str) -> dict:
-        r = self.py(f"{name}-export-check", [str(Path(__file__)), "--_check-export", str(d / "build"), str(trace),
+        r = self.py(f"{name}-export-check", [str(STEPS), "check-export", str(d / "build"), str(trace),
                                              str(d / "out" / "final"), str(self.work / "model")], d)
         if r["status"] == "ok":
             r.update(json.loads(Path(r["log"]).read_text().strip().splitlines()[-1]))
@@ -335,33 +337,54 @@ class Bench:
         self.doc["ok"] = not fails
 
     def table(self) -> str:
-        dev = self.doc["device"]
-        peak = f"{dev['peak_bf16_tflops']:.0f} TFLOP/s dense bf16 ({dev['peak_source']})" if dev.get(
-            "peak_bf16_tflops") else dev["peak_source"]
-        m = self.doc["model"]
-        lines = [f"device: {dev['name']}; MFU peak: {peak}",
+        """The result as a Markdown table (what docs/benchmarks.md shows), with its notes."""
+        dev, m = self.doc["device"], self.doc["model"]
+        peak = (f"{dev['peak_bf16_tflops']:.0f} TFLOP/s dense bf16 ({dev['peak_source']})"
+                if dev.get("peak_bf16_tflops") else dev["peak_source"])
+        head = ["strategy", "plan", "steps/s", "tokens/s", "MFU", "peak alloc GiB", "estimate GiB",
+                "plain loop tokens/s", "ratio", "export logits"]
+        lines = [f"{self.doc['date']}, {dev['name']}; MFU against {peak}",
                  f"model: {m['parameters'] / 1e6:,.1f}M parameters ({m['layers']} layers x {m['hidden']}), "
-                 f"seq {self.a.seq_len}, micro batch {self.a.micro_batch}, {self.a.precision}, 1 process",
-                 "", f"{'strategy':<24}{'plan':<8}{'steps/s':>8}{'tok/s':>10}{'MFU':>7}{'peak GiB':>9}{'est GiB':>9}"
-                 f"{'plain tok/s':>12}{'ratio':>7}  export logits / note"]
+                 f"seq {self.a.seq_len}, micro batch {self.a.micro_batch}, precision {self.a.precision}, 1 process",
+                 "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in self.doc["rows"]:
-            run, plain = r.get("tuner_run", {}), r.get("plain", {})
-            cells = [f"{r['label']:<24}{r.get('plan', '-'):<8}"]
+            run, plain, ex = r.get("tuner_run", {}), r.get("plain", {}), r.get("export")
+            cells = [r["label"], r.get("plan", "-")]
             if run.get("status") == "ok":
-                cells.append(f"{run['steps_per_s']:>8.2f}{run['tokens_per_s']:>10.0f}{_pct(run['mfu']):>7}"
-                             f"{_gib(run['peak_bytes']):>9}{_gib(r.get('estimate_per_gpu_bytes')):>9}")
-                cells.append(f"{plain.get('tokens_per_s', 0) or 0:>12.0f}{r.get('ratio_tuner_plain', '-'):>7}  ")
-                ex = r.get("export")
-                cells.append("-" if ex is None else f"{'match' if ex.get('match') else ex['status']}"
-                             f" (max |diff| {ex.get('max_abs_diff', float('nan')):.2e})")
+                ratio = r.get("ratio_tuner_plain")
+                cells += [f"{run['steps_per_s']:.2f}", f"{run['tokens_per_s']:,.0f}", _pct(run["mfu"]),
+                          _gib(run["peak_bytes"]), _gib(r.get("estimate_per_gpu_bytes")),
+                          f"{plain['tokens_per_s']:,.0f}" if plain.get("tokens_per_s") else plain.get("status", "-"),
+                          "-" if ratio is None else f"{ratio:.3f} {'✔' if ratio >= RATIO_TARGET else '✘'}",
+                          "-" if ex is None else (f"{'match' if ex.get('match') else ex['status']}"
+                                                  f" (max diff {ex.get('max_abs_diff', float('nan')):.1e})")]
             else:
-                cells.append("  " + (r["compile"].get("reason") or run.get("error") or r["status"]))
-            lines.append("".join(cells))
-        lines.append("")
-        lines.append(f"ratio = tuner run tokens/s / plain accelerate loop tokens/s (target >= {RATIO_TARGET}); "
-                     f"tuner launch: {'available' if self.launch_ok else 'not available'}")
+                why = r["compile"].get("reason") or run.get("error") or r["status"]
+                cells += [f"{r['status']}: {why}" if run else why] + [""] * (len(head) - 3)
+            lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+        how = next((r["plain"]["launcher"] for r in self.doc["rows"] if "plain" in r), "-")
+        lines += ["", f"ratio = tuner run tokens/s / plain accelerate loop tokens/s (target >= {RATIO_TARGET}); "
+                      f"the plain loop was started by: {how}"]
+        for r in self.doc["rows"]:
+            if r.get("plain_direct", {}).get("tokens_per_s"):
+                lines.append(f"control ({r['label']}): the plain loop started directly ran "
+                             f"{r['plain_direct']['tokens_per_s']:,.0f} tokens/s, through tuner launch "
+                             f"{r['plain'].get('tokens_per_s') or 0:,.0f}")
+        if "deepspeed_ops" in self.doc:
+            ops = self.doc["deepspeed_ops"]
+            lines.append(f"DeepSpeed ops JIT build (in parallel with the first runs): exit {ops['exit_status']}, "
+                         f"{ops['seconds']} s")
+        lines += self.doc.get("notes", [])
         lines += [f"FAILED: {f}" for f in self.doc["failures"]] or ["all checks passed"]
         return "\n".join(lines)
+
+
+def peak_for(device_name: str) -> tuple[float | None, str]:
+    """(peak dense bf16 TFLOP/s, where it came from) for a CUDA device name."""
+    for key, tflops in PEAK_BF16_TFLOPS:
+        if re.search(rf"\b{re.escape(key)}\b", device_name):
+            return tflops, f"datasheet figure for {key}"
+    return None, f"unknown for {device_name!r}: pass --peak-tflops"
 
 
 def _gib(b) -> str:
@@ -370,15 +393,6 @@ def _gib(b) -> str:
 
 def _pct(x) -> str:
     return f"{100 * x:.1f}%" if x is not None else "-"
-
-
-PREBUILD = """import time
-from deepspeed.accelerator import get_accelerator
-for name in ("CPUAdamBuilder", "FusedAdamBuilder"):
-    t = time.time()
-    get_accelerator().create_op_builder(name).load()
-    print(name, "built in", round(time.time() - t, 1), "s", flush=True)
-"""
 
 
 def write_corpus(path: Path, tokens: int) -> None:
@@ -394,60 +408,6 @@ def write_corpus(path: Path, tokens: int) -> None:
         docs.append(json.dumps({"text": doc}))
         chars += len(doc)
     path.write_text("\n".join(docs) + "\n")
-
-
-def make_model(out: str, config_json: str, device: str) -> None:
-    """Random weights for `config_json`, saved with save_pretrained (bf16 on GPUs)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    cfg = json.loads(config_json)
-    config = AutoConfig.for_model(cfg.pop("model_type"), **{k: v for k, v in cfg.items() if k != "architectures"})
-    torch.manual_seed(0)
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.save_pretrained(out, safe_serialization=True)
-    print(json.dumps({"parameters": sum(p.numel() for p in model.parameters()), "layers": config.num_hidden_layers,
-                      "hidden": config.hidden_size, "config": cfg, "saved_dtype": str(dtype).split(".")[-1]}))
-
-
-def check_export(build_dir: str, trace: str, export_dir: str, initial_dir: str) -> None:
-    """Logits of the exported model (from_pretrained) against the trained model's, one batch."""
-    import contextlib
-
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from tuner.runtime.artefacts import load
-    from tuner.runtime.families import get_family
-    from tuner.runtime.families.base import FamilyContext
-
-    arts = load(build_dir)
-    s = arts.settings
-    fam = get_family(s.model.family)(FamilyContext(s, arts.base_dir, seed=s.training.seed))
-    train, _ = fam.build_datasets()
-    ids = fam.collate([train[i] for i in range(2)])["input_ids"]  # the batch the trainer's trace used
-    dev = "cuda" if torch.cuda.is_available() and arts.plan.platform != "cpu" else "cpu"
-    bf16 = s.training.mixed_precision == "bf16"
-    ref = torch.tensor(json.loads(Path(trace).read_text())["logits"])
-
-    def logits(path: str):
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(dev).eval()
-        ctx = torch.autocast(dev, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-        with torch.no_grad(), ctx:
-            return model(input_ids=ids.to(dev)).logits.float().cpu()[:, :4, :8]
-
-    # bf16: both sides compute in bf16 (autocast, or DeepSpeed's bf16 engine), through
-    # different kernels, so they agree to about 1% of the logits' scale, not bit for bit.
-    atol, rtol = (1e-1, 3e-2) if bf16 else (1e-4, 1e-4)
-    scale = float(ref.abs().max())
-    diff = float((logits(export_dir) - ref).abs().max())
-    # The same comparison for the untrained weights: it must fail, or the check proves nothing.
-    control = float((logits(initial_dir) - ref).abs().max())
-    tol = atol + rtol * scale
-    print(json.dumps({"match": diff <= tol, "max_abs_diff": diff, "tolerance": tol, "logit_scale": scale,
-                      "untrained_max_abs_diff": control, "autocast_bf16": bf16, "device": dev}))
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -466,8 +426,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--offload-warmup", type=int, default=None)
     p.add_argument("--budget-s", type=float, default=None, help="stop starting work after this many seconds")
     p.add_argument("--peak-tflops", type=float, default=None, help="the device's peak dense bf16 TFLOP/s")
-    p.add_argument("--_make-model", nargs=3, help=argparse.SUPPRESS)
-    p.add_argument("--_check-export", nargs=4, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     gpu = {"seq_len": 2048, "micro_batch": 4, "steps": 20, "warmup": 5, "offload_steps": 8, "offload_warmup": 3,
            "budget_s": 520.0, "precision": "bf16", "lr": 3e-4, "export_check": "fsdp2,zero3"}
@@ -487,12 +445,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
-    if a._make_model:
-        make_model(*a._make_model)
-        return 0
-    if a._check_export:
-        check_export(*a._check_export)
-        return 0
     if not a.workdir:
         import tempfile
 
