@@ -22,10 +22,7 @@ CARRIED="deepspeed hjson pydantic pydantic-core annotated-types typing-inspectio
 tomlkit jsonschema jsonschema-specifications referencing rpds-py platformdirs"
 
 prepare() {
-  local exclude
-  exclude=$(git rev-parse --git-path info/exclude)
-  mkdir -p "$(dirname "$exclude")"
-  grep -qxF "/$WHL/" "$exclude" 2>/dev/null || echo "/$WHL/" >>"$exclude"
+  # .whl/ is in .gitignore: the device tool carries it only when named in `carry`.
   rm -rf "$WHL" && mkdir -p "$WHL"
   "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$WHL" .
   for name in $CARRIED; do
