@@ -328,12 +328,16 @@ class Bench:
             for part in ("tuner_run", "plain", "plain_direct", "export"):
                 if part in row and row[part]["status"] != "ok":
                     fails.append(f"{name}: {part} {row[part]['status']}: {row[part].get('error', '')}".rstrip(": "))
+        notes = self.doc.setdefault("notes", [])
         if not self.launch_ok:
             note = "tuner launch: not available (`tuner launch --help` failed)"
             if self.a.smoke:
-                self.doc["notes"] = [note + "; the plain loop was started directly"]
+                notes.append(note + "; the plain loop was started directly")
             else:
                 fails.append(note)
+        if self.a.smoke:
+            notes.append("smoke: the rates are not measurements (a tiny model, a few steps, a shared CPU); "
+                         "the smoke proves the code path, not the figures")
         self.doc["ok"] = not fails
 
     def table(self) -> str:
@@ -374,7 +378,7 @@ class Bench:
             ops = self.doc["deepspeed_ops"]
             lines.append(f"DeepSpeed ops JIT build (in parallel with the first runs): exit {ops['exit_status']}, "
                          f"{ops['seconds']} s")
-        lines += self.doc.get("notes", [])
+        lines += self.doc["notes"]
         lines += [f"FAILED: {f}" for f in self.doc["failures"]] or ["all checks passed"]
         return "\n".join(lines)
 

@@ -89,6 +89,7 @@ def test_smoke_trains_fsdp2_with_tuner_run_and_the_plain_loop(smoke):
         assert plain["launcher"] == "tuner launch"
     else:
         assert plain["launcher"].startswith("direct") and "tuner launch: not available" in doc["notes"][0]
+    assert "not measurements" in doc["notes"][-1]
 
 
 @pytest.mark.slow
