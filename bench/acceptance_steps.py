@@ -76,7 +76,7 @@ def build_ds_ops() -> None:
     from deepspeed.accelerator import get_accelerator
 
     seconds = {}
-    for name in ("CPUAdamBuilder", "FusedAdamBuilder"):
+    for name in ("FusedAdamBuilder", "CPUAdamBuilder"):  # ZeRO-3 (FusedAdam) runs first
         t = time.time()
         get_accelerator().create_op_builder(name).load()
         seconds[name] = round(time.time() - t, 1)

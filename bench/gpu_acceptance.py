@@ -14,9 +14,9 @@ optimizer offload and ZeRO-3, with a ~1.1B Llama-style model built from a local 
 4. checked, for the strategies in --export-check: the exported model loads with
    `from_pretrained` and reproduces the logits the trained (still sharded) model gave;
 5. trained again by the minimal hand-written accelerate loop (bench/plain_loop.py) on the
-   same build directory, started through `tuner launch BUILD SCRIPT`; the first strategy
-   that runs is also started with the launcher `tuner run` itself uses, as a control
-   (ratio tuner run / plain loop in tokens/s, target >= 0.95).
+   same build directory, started through `tuner launch BUILD SCRIPT` (ratio tuner run /
+   plain loop in tokens/s, target >= 0.95); with time left at the end, the first of them is
+   started again with the launcher `tuner run` itself uses, as a control.
 
 MFU = 6 x parameters x tokens/s / the device's peak dense bf16 FLOP/s (PEAK_BF16_TFLOPS,
 NVIDIA's datasheet figures without sparsity; --peak-tflops overrides). Everything runs in
@@ -58,14 +58,14 @@ GPU_MODEL = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidd
              "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
              "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
 
-STRATEGIES = {  # name -> (label, settings block)
+STRATEGIES = {  # name -> (label, settings block), in the order they run: the slow offloaded ones last
     "ddp": ("DDP (1 process)", ""),
     "fsdp2": ("FSDP2", '[fsdp]\nenabled = true\nversion = 2\ntransformer_layer_cls_to_wrap = ["LlamaDecoderLayer"]\n'),
     "fsdp1": ("FSDP v1", '[fsdp]\nenabled = true\nversion = 1\ntransformer_layer_cls_to_wrap = ["LlamaDecoderLayer"]\n'),
+    "zero3": ("ZeRO-3", "[deepspeed]\nenabled = true\nzero_stage = 3\n"),
     "fsdp2+offload": ("FSDP2 + CPU offload", '[fsdp]\nenabled = true\nversion = 2\noffload_params = true\n'
                                              'transformer_layer_cls_to_wrap = ["LlamaDecoderLayer"]\n'),
     "zero2+offload": ("ZeRO-2 + CPU optimizer", '[deepspeed]\nenabled = true\nzero_stage = 2\noffload_optimizer = "cpu"\n'),
-    "zero3": ("ZeRO-3", "[deepspeed]\nenabled = true\nzero_stage = 3\n"),
 }
 OFFLOADED = ("fsdp2+offload", "zero2+offload")  # slow steps (the optimizer on the CPU): fewer of them
 
@@ -158,10 +158,11 @@ class Bench:
         self.prebuild = None
         if dev["gpu"] and any(s.startswith("zero") for s in self.a.strategies):
             # DeepSpeed JIT-builds its Adam ops on first use (nvcc, g++): start now, in parallel.
+            # MAX_JOBS leaves cores to the runs being timed meanwhile.
             with open(self.work / "logs" / "ds-ops.log", "w") as log:  # the child keeps its own handle
                 self.prebuild = subprocess.Popen([sys.executable, str(STEPS), "build-ds-ops"], cwd=self.work,
-                                                 env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                                 start_new_session=True)
+                                                 env={"MAX_JOBS": "6", **self.env}, stdout=log,
+                                                 stderr=subprocess.STDOUT, start_new_session=True)
             self.prebuild_t0 = time.monotonic()
 
     def capture(self, cmd: list[str]) -> str:
@@ -215,8 +216,11 @@ class Bench:
         if self.a.smoke and name not in self.a.smoke_run:
             row["status"] = "compiled only (smoke)"
             return
-        if name.startswith("zero") and self.prebuild is not None:
-            self.wait_prebuild()
+        if name.startswith("zero") and self.prebuild is not None and not self.wait_prebuild():
+            # A killed build leaves torch's extension lock behind: a run would wait on it forever.
+            row["status"] = "failed"
+            row["tuner_run"] = {"status": "failed", "error": "DeepSpeed's Adam ops did not build (see deepspeed_ops)"}
+            return
         trace = d / "trace"
         run = row["tuner_run"] = self.py(f"{name}-tuner-run", ["-m", "tuner", "run", "build"], d,
                                          env={**self.env, "TUNER_TRACE_DIR": str(trace)})
@@ -225,19 +229,16 @@ class Bench:
         row["status"] = run["status"]
         if export and run["status"] == "ok":
             row["export"] = self.check_export(d, trace / "rank0.json", name)
-        args = [str(d / "build"), "--steps", str(steps), "--warmup", str(warmup)]
-        if self.launch_ok:
-            row["plain"] = self.plain(f"{name}-plain-tuner-launch", d, ["-m", "tuner", "launch", "build", str(PLAIN)],
-                                      args, "tuner launch")
-            if not self.a.smoke and not self.doc.get("control_done"):
-                self.doc["control_done"] = name
-                row["plain_direct"] = self.plain(f"{name}-plain-direct", d, [str(PLAIN), "--launch"], args,
-                                                 "direct (the launcher tuner run uses)")
-        else:
-            row["plain"] = self.plain(f"{name}-plain-direct", d, [str(PLAIN), "--launch"], args,
-                                      "direct (the launcher tuner run uses)")
+        row["plain"] = self.plain(name, d, direct=not self.launch_ok)
         if run.get("tokens_per_s") and row["plain"].get("tokens_per_s"):
             row["ratio_tuner_plain"] = round(run["tokens_per_s"] / row["plain"]["tokens_per_s"], 3)
+
+    def control(self) -> None:
+        """With time left: the plain loop of the first strategy that ran, started directly (the
+        launcher `tuner run` uses) instead of through `tuner launch`: the two should agree."""
+        row = next((r for r in self.doc["rows"] if r.get("plain", {}).get("launcher") == "tuner launch"), None)
+        if row is not None:
+            row["plain_direct"] = self.plain(row["strategy"], self.work / row["strategy"].replace("+", "_"), direct=True)
 
     def compile(self, d: Path) -> dict:
         r = subprocess.run([sys.executable, "-m", "tuner", "compile", "settings.toml", "--out", "build", "--format",
@@ -283,10 +284,14 @@ class Bench:
         out["steps_per_s"], out["tokens_per_s"] = round(out["steps_per_s"], 3), round(out["tokens_per_s"], 1)
         return out
 
-    def plain(self, name: str, d: Path, launcher: list[str], args: list[str], how: str) -> dict:
-        result = d / f"{name}.json"
-        out = self.py(name, [*launcher, *args, "--result", str(result)], d)
-        out["launcher"] = how
+    def plain(self, name: str, d: Path, direct: bool) -> dict:
+        """The plain accelerate loop on this strategy's build, through `tuner launch` or direct."""
+        row = next(r for r in self.doc["rows"] if r["strategy"] == name)
+        result = d / f"plain-{'direct' if direct else 'tuner-launch'}.json"
+        args = [str(d / "build"), "--steps", str(row["steps"]), "--warmup", str(row["warmup"]), "--result", str(result)]
+        launcher = [str(PLAIN), "--launch"] if direct else ["-m", "tuner", "launch", "build", str(PLAIN)]
+        out = self.py(f"{name}-plain-{'direct' if direct else 'tuner-launch'}", [*launcher, *args], d)
+        out["launcher"] = "direct (the launcher tuner run uses)" if direct else "tuner launch"
         if out["status"] == "ok":
             r = json.loads(result.read_text())
             steps_per_s = (r["steps"] - r["warmup"]) / r["seconds"]
@@ -306,9 +311,10 @@ class Bench:
                 r["error"] = f"logits differ by {r['max_abs_diff']:.3g} > tolerance {r['tolerance']:.3g}"
         return r
 
-    def wait_prebuild(self) -> None:
+    def wait_prebuild(self) -> bool:
+        """Wait for the DeepSpeed op build started in setup; True when it succeeded."""
         if "deepspeed_ops" in self.doc:
-            return
+            return self.doc["deepspeed_ops"]["exit_status"] == 0
         try:
             rc = self.prebuild.wait(timeout=max(1.0, self.left() - 60))
         except subprocess.TimeoutExpired:
@@ -317,6 +323,7 @@ class Bench:
         log = (self.work / "logs" / "ds-ops.log").read_text(errors="replace")
         self.doc["deepspeed_ops"] = {"exit_status": rc, "seconds": round(time.monotonic() - self.prebuild_t0, 1),
                                      "tail": log[-800:]}
+        return rc == 0
 
     # -- verdict and table ----------------------------------------------------------------
     def judge(self) -> None:
@@ -326,8 +333,10 @@ class Bench:
             if row["status"] in ("refused by the compiler", "compiled only (smoke)"):
                 continue
             for part in ("tuner_run", "plain", "plain_direct", "export"):
-                if part in row and row[part]["status"] != "ok":
-                    fails.append(f"{name}: {part} {row[part]['status']}: {row[part].get('error', '')}".rstrip(": "))
+                status = row.get(part, {}).get("status", "ok")
+                optional = part == "plain_direct" and status == "skipped"  # the control runs only with time left
+                if status != "ok" and not optional:
+                    fails.append(f"{name}: {part} {status}: {row[part].get('error', '')}".rstrip(": "))
         notes = self.doc.setdefault("notes", [])
         if not self.launch_ok:
             note = "tuner launch: not available (`tuner launch --help` failed)"
@@ -347,7 +356,7 @@ class Bench:
                 if dev.get("peak_bf16_tflops") else dev["peak_source"])
         head = ["strategy", "plan", "steps/s", "tokens/s", "MFU", "peak alloc GiB", "estimate GiB",
                 "plain loop tokens/s", "ratio", "export logits"]
-        lines = [f"{self.doc['date']}, {dev['name']}; MFU against {peak}",
+        lines = [f"{self.doc['date']}, {dev['name']}; MFU against {peak}", f"command: {self.doc['command']}",
                  f"model: {m['parameters'] / 1e6:,.1f}M parameters ({m['layers']} layers x {m['hidden']}), "
                  f"seq {self.a.seq_len}, micro batch {self.a.micro_batch}, precision {self.a.precision}, 1 process",
                  "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -431,7 +440,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--budget-s", type=float, default=None, help="stop starting work after this many seconds")
     p.add_argument("--peak-tflops", type=float, default=None, help="the device's peak dense bf16 TFLOP/s")
     a = p.parse_args(argv)
-    gpu = {"seq_len": 2048, "micro_batch": 4, "steps": 20, "warmup": 5, "offload_steps": 8, "offload_warmup": 3,
+    gpu = {"seq_len": 2048, "micro_batch": 4, "steps": 20, "warmup": 5, "offload_steps": 6, "offload_warmup": 2,
            "budget_s": 520.0, "precision": "bf16", "lr": 3e-4, "export_check": "fsdp2,zero3"}
     smoke = {"seq_len": 32, "micro_batch": 2, "steps": 4, "warmup": 2, "offload_steps": 4, "offload_warmup": 2,
              "budget_s": 300.0, "precision": "no", "lr": 1e-2, "export_check": "fsdp2"}
@@ -459,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in a.strategies:
         b.strategy(name)
         b.save()
+    if b.launch_ok and not a.smoke:
+        b.control()
     b.judge()
     b.save()
     print(b.table())
