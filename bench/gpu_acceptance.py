@@ -140,6 +140,7 @@ class Bench:
         return self.sh(name, [sys.executable, *args], cwd, **kw)
 
     def save(self) -> None:
+        self.doc["elapsed_s"] = round(self.a.budget_s - self.left(), 1)
         if self.a.json_out:
             Path(self.a.json_out).write_text(json.dumps(self.doc, indent=2, sort_keys=True) + "\n")
 
@@ -226,6 +227,8 @@ class Bench:
                                          env={**self.env, "TUNER_TRACE_DIR": str(trace)})
         if run["status"] == "ok":
             run.update(self.run_figures(d / "out" / "metrics.jsonl", trace / "rank0.json", warmup))
+            if run["peak_bytes"] and row["estimate_per_gpu_bytes"]:
+                row["peak_over_estimate"] = round(run["peak_bytes"] / row["estimate_per_gpu_bytes"], 3)
         row["status"] = run["status"]
         if export and run["status"] == "ok":
             row["export"] = self.check_export(d, trace / "rank0.json", name)
@@ -354,7 +357,7 @@ class Bench:
         dev, m = self.doc["device"], self.doc["model"]
         peak = (f"{dev['peak_bf16_tflops']:.0f} TFLOP/s dense bf16 ({dev['peak_source']})"
                 if dev.get("peak_bf16_tflops") else dev["peak_source"])
-        head = ["strategy", "plan", "steps/s", "tokens/s", "MFU", "peak alloc GiB", "estimate GiB",
+        head = ["strategy", "plan", "steps/s", "tokens/s", "MFU", "peak alloc GiB", "estimate GiB", "peak/est",
                 "plain loop tokens/s", "ratio", "export logits"]
         lines = [f"{self.doc['date']}, {dev['name']}; MFU against {peak}", f"command: {self.doc['command']}",
                  f"model: {m['parameters'] / 1e6:,.1f}M parameters ({m['layers']} layers x {m['hidden']}), "
@@ -366,7 +369,7 @@ class Bench:
             if run.get("status") == "ok":
                 ratio = r.get("ratio_tuner_plain")
                 cells += [f"{run['steps_per_s']:.2f}", f"{run['tokens_per_s']:,.0f}", _pct(run["mfu"]),
-                          _gib(run["peak_bytes"]), _gib(r.get("estimate_per_gpu_bytes")),
+                          _gib(run["peak_bytes"]), _gib(r.get("estimate_per_gpu_bytes")), r.get("peak_over_estimate", "-"),
                           f"{plain['tokens_per_s']:,.0f}" if plain.get("tokens_per_s") else plain.get("status", "-"),
                           "-" if ratio is None else f"{ratio:.3f} {'✔' if ratio >= RATIO_TARGET else '✘'}",
                           "-" if ex is None else (f"{'match' if ex.get('match') else ex['status']}"
