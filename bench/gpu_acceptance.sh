@@ -15,7 +15,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHL=${TUNER_WHEELS:-.whl}
-PY=${PYTHON:-python}
+PY=${PYTHON:-python}   # here: the project's environment (its versions are the ones carried)
+[ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ] && PY=.venv/bin/python
 DEVICE_PY=${TUNER_DEVICE_PYTHON:-3.12}   # the GPU image's python3 (device README: KINDS.md)
 # What the GPU image lacks, at the versions installed here (one version of each).
 CARRIED="deepspeed hjson pydantic pydantic-core annotated-types typing-inspection typing-extensions
