@@ -183,8 +183,9 @@ class Bench:
         if self.a.smoke:
             return {"gpu": False, "name": f"cpu ({os.cpu_count()} cores)", "peak_bf16_tflops": None,
                     "peak_source": "none: MFU is not computed on CPU"}
+        # cwd: not the repository root, whose tuner/ folder would shadow the installed package.
         facts = json.loads(subprocess.run([sys.executable, "-m", "tuner", "doctor", "--json"], capture_output=True,
-                                          text=True, env=self.env).stdout or "{}")
+                                          text=True, env=self.env, cwd=self.work).stdout or "{}")
         gpus = facts.get("gpus") or []
         if not gpus:
             sys.exit("gpu_acceptance: `tuner doctor` sees no GPU; use --smoke on CPU machines")

@@ -24,7 +24,7 @@ tomlkit jsonschema jsonschema-specifications referencing rpds-py platformdirs"
 
 prepare() {
   # .whl/ is in .gitignore: the device tool carries it only when named in `carry`.
-  rm -rf "$WHL" && mkdir -p "$WHL"
+  rm -rf "$WHL" build/lib build/bdist.* && mkdir -p "$WHL"   # setuptools would reuse a stale build/lib
   "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$WHL" .
   for name in $CARRIED; do
     version=$("$PY" -c "import importlib.metadata as m; print(m.version('$name'))")
@@ -47,7 +47,8 @@ run() {
   local out=${OUT:-output/gpu-acceptance}
   mkdir -p "$out"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-  python3 -m tuner --version
+  # Not from the repository root: its tuner/ folder would shadow the installed package.
+  (cd /tmp && python3 -m tuner --version)
   python3 bench/gpu_acceptance.py --json-out "$out/gpu_acceptance.json" --workdir /tmp/gpu-acceptance "$@" 2>&1 |
     tee "$out/gpu_acceptance.log"
 }

@@ -120,3 +120,26 @@ def test_device_wrapper_explains_its_usage_and_missing_wheels(tmp_path):
     r = subprocess.run(["bash", str(sh), "run"], capture_output=True, text=True,
                        env={**os.environ, "TUNER_WHEELS": str(tmp_path / "none")})
     assert r.returncode == 2 and "run 'bash bench/gpu_acceptance.sh prepare'" in r.stderr
+
+
+def test_the_wheel_the_device_wrapper_carries_holds_every_module(tmp_path):
+    """`gpu_acceptance.sh prepare` installs tuner on the GPU machine from a wheel built here,
+    not from an editable checkout: the wheel must hold every module of every source folder
+    (it once lacked tuner.runtime.families, so `tuner run` failed outside editable installs)."""
+    import shutil
+    import zipfile
+
+    # A copy of the sources: setuptools builds in place and reuses a stale build/lib.
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "output", ".whl", "*.egg-info",
+                                                              "__pycache__", ".pytest_cache", ".hypothesis"))
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                        str(tmp_path), str(src)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    names = set(zipfile.ZipFile(next(tmp_path.glob("tuner-*.whl"))).namelist())
+    folders = {"tuner": "tuner", "compiler": "tuner/compiler", "runtime": "tuner/runtime", "tui": "tuner/tui",
+               "schemas": "tuner/schemas"}
+    expected = {f"{dest}/{p.relative_to(REPO / src).as_posix()}" for src, dest in folders.items()
+                for p in (REPO / src).rglob("*.py") if "__pycache__" not in p.parts}
+    assert expected - names == set()
+    assert "tuner/runtime/families/causal_lm.py" in names
