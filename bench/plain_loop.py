@@ -65,9 +65,9 @@ def loop(build_dir: str, steps: int, warmup: int, result: str) -> None:
         objs.append(DummyScheduler(opt, total_num_steps=steps, warmup_num_steps=s.training.warmup_steps))
     model, opt, loader, *sched = acc.prepare(*objs)
     model.train()
-    step, t_warm, tokens_per_step = 0, None, 0
+    step, tokens_per_step = 0, 0
     _sync()
-    t_warm = time.perf_counter() if warmup == 0 else None
+    t_warm = time.perf_counter()  # replaced at the end of step `warmup`
     while step < steps:
         for batch in loader:
             loss = model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
