@@ -329,6 +329,9 @@ class Trainer:
             # Before any forward below: FSDP2 leaves the root module's parameters unsharded
             # after a forward pass, which would overstate what a rank holds while training.
             self.trace["state_bytes"] = rank_state_bytes(self.model, self.optimizer)
+            # The training peak of this rank's GPU memory (bench/gpu_acceptance.py), before export.
+            cuda = torch.cuda.is_available()
+            self.trace["cuda_max_memory_allocated"] = torch.cuda.max_memory_allocated() if cuda else None
         if self.val_loader is not None and (not t.validation_every or self.step % t.validation_every):
             self.validate()
         if self.trace_dir:
