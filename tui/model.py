@@ -8,6 +8,7 @@ read the saved file.
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from dataclasses import dataclass
@@ -86,6 +87,14 @@ STEPS: tuple[Step, ...] = (
 )
 STEP_IDS = tuple(s.id for s in STEPS)
 
+#: Keys the Sharding step's strategy choice writes (they have no field of their own).
+STRATEGY_KEYS: frozenset[str] = frozenset({"fsdp.enabled", "fsdp.version", "deepspeed.enabled"})
+
+#: One concept, one field: FSDP's activation checkpointing is the same thing as training's
+#: gradient checkpointing (which works under every strategy). The FSDP key shows only where a
+#: file already sets it, and leaving FSDP carries it over to the training key.
+MERGED: dict[str, str] = {"fsdp.activation_checkpointing": "training.gradient_checkpointing"}
+
 #: Keys the DeepSpeed builder screen edits.
 BUILDER_KEYS: tuple[str, ...] = (
     "deepspeed.zero_stage", "deepspeed.offload_optimizer", "deepspeed.offload_param", "deepspeed.nvme_path",
@@ -95,13 +104,31 @@ BUILDER_KEYS: tuple[str, ...] = (
 
 _SECTION_STEP = {"model": "model", "data": "model", "output": "model", "hardware": "hardware",
                  "fsdp": "sharding", "deepspeed": "sharding", "context_parallel": "sharding",
-                 "checkpoint": "checkpoints", "training": "precision", "accelerate": "review"}
+                 "checkpoint": "checkpoints", "training": "precision", "accelerate": "hardware"}
+
+
+def section_step(section: str) -> str:
+    """The step whose advanced part holds a section's other keys: the section's
+    ``x-wizard-step`` in the schema, else the built-in map, else Precision and batch."""
+    declared = index().sections.get(section, {}).get("x-wizard-step")
+    if declared in STEP_IDS and declared != "review":
+        return declared
+    step = _SECTION_STEP.get(section, "precision")
+    return "hardware" if step == "review" else step
+
+
+def advanced_keys(step_id: str) -> tuple[str, ...]:
+    """Schema keys with no main field anywhere, shown in this step's "Advanced" part.
+
+    Derived from the schema, so a key added to it later gets a field without a code change."""
+    main = {k for step in STEPS for k in step.keys} | STRATEGY_KEYS
+    return tuple(k for k, info in index().keys.items() if k not in main and section_step(info.section) == step_id)
 
 
 def step_of(key: str) -> str:
     """The step that shows a diagnostic's key (Review for file-level problems)."""
     for step in STEPS:
-        for k in step.keys:
+        for k in step.keys + advanced_keys(step.id):
             if key == k or key.startswith(k + "."):
                 return step.id
     canonical = canonical_key(key)
@@ -140,6 +167,8 @@ def label(key: str) -> str:
     text = name.replace("_", " ")
     text = re.sub(r"\b(gib|ip|cpu|gpu|lora|mrl|lr|nvme|ram|ema)\b", lambda m: m.group(1).upper(), text)
     text = text.replace("GIB", "GiB").replace("LORA", "LoRA").replace("NVME", "NVMe").replace(" cls ", " classes ")
+    if key == "training.gradient_checkpointing":
+        text = "activation (gradient) checkpointing"  # the one field for both names (see MERGED)
     return text[:1].upper() + text[1:]
 
 
@@ -151,6 +180,8 @@ def render_value(value: Any) -> str:
     """A value as it goes into a text field (lists comma-separated)."""
     if isinstance(value, list):
         return ", ".join(str(v) for v in value)
+    if isinstance(value, dict):  # an inline object (deepspeed.config): empty shows as an empty field
+        return json.dumps(value) if value else ""
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -164,6 +195,11 @@ def parse_input(key: str, text: str) -> Any:
     types = key_info(key).prop.get("type")
     types = types if isinstance(types, list) else [types]
     text = text.strip()
+    if "object" in types and (not text or text.startswith("{")):
+        try:
+            return json.loads(text) if text else {}
+        except ValueError:
+            return text  # the compiler says what is wrong with it
     if "array" in types:
         items = [p.strip() for p in text.split(",") if p.strip()]
         if key_info(key).prop.get("items", {}).get("type") == "integer":
@@ -266,8 +302,8 @@ class WizardState:
         return "ddp"
 
     def set_strategy(self, name: str) -> bool:
-        if name == self.strategy:
-            return False
+        """Switch strategy; also repairs a file where several are on (the flags are made
+        consistent even when `name` is what `strategy` already reads)."""
         edits: dict[str, Any] = {}
         if name in ("fsdp2", "fsdp1"):
             edits = {"deepspeed.enabled": False, "fsdp.enabled": True, "fsdp.version": 2 if name == "fsdp2" else 1}
@@ -275,12 +311,78 @@ class WizardState:
             edits = {"fsdp.enabled": False, "deepspeed.enabled": True}
         else:
             edits = {"fsdp.enabled": False, "deepspeed.enabled": False}
+        changed = False
         for key, value in edits.items():
             if value == key_info(key).default and not self.document.is_written(key):
                 continue  # the default already; keep the file as small as it was
+            if self.values.get(key) == value and self.document.is_written(key):
+                continue
+            self.document.set(key, value)
+            changed = True
+        if name not in ("fsdp1", "fsdp2") and self.values["fsdp.activation_checkpointing"]:
+            # One concept: FSDP's activation checkpointing becomes training's, which every strategy runs.
+            self.document.remove("fsdp.activation_checkpointing")
+            self.document.set("training.gradient_checkpointing", True)
+            changed = True
+        if changed:
+            self.validate()
+        return changed
+
+    def stray_strategy_keys(self) -> list[str]:
+        """Keys (as the file spells them) of strategies other than the chosen one."""
+        strategy = self.strategy
+        other = {"deepspeed": ("fsdp.",), "ddp": ("fsdp.", "deepspeed."), "fsdp1": ("deepspeed.",),
+                 "fsdp2": ("deepspeed.",)}[strategy]
+        keep = {"fsdp.enabled", "deepspeed.enabled"}
+        if strategy in ("fsdp1", "fsdp2"):
+            keep.add("fsdp.version")
+        out = []
+        for key in index().keys:
+            if key.startswith(other) and key not in keep and self.document.is_written(key):
+                out.append(self.document.written_name(key) or key)
+        both_on = self.values["fsdp.enabled"] and strategy == "deepspeed"
+        return out + (["fsdp.enabled"] if both_on else [])
+
+    def tidy_strategy(self) -> list[str]:
+        """Remove the other strategies' keys (and switch their flags off); the names removed."""
+        strays = self.stray_strategy_keys()
+        if not strays:
+            return []
+        strategy = self.strategy
+        prefixes = {"deepspeed": ("fsdp.",), "ddp": ("fsdp.", "deepspeed.")}.get(strategy, ("deepspeed.",))
+        for key in index().keys:
+            if key.startswith(prefixes) and key not in STRATEGY_KEYS:
+                self.document.remove(key)
+        if strategy == "deepspeed" and self.values["fsdp.enabled"]:
+            self.document.remove("fsdp.enabled")
+            self.document.remove("fsdp.version")
+        self.validate()
+        return strays
+
+    def lr_schedule(self) -> str:
+        """Which LR schedule the run will use, and where it comes from (DeepSpeed runs the
+        scheduler its JSON names; otherwise the settings' training.lr_scheduler runs)."""
+
+        if self.strategy == "deepspeed" and self.result.deepspeed_json:
+            try:
+                named = json.loads(self.result.deepspeed_json).get("scheduler")
+            except ValueError:
+                named = None
+            if isinstance(named, dict) and named.get("type"):
+                return f"schedule: {named['type']} (from deepspeed_config)"
+        v = self.values
+        warm = f", {v['training.warmup_steps']} warmup steps" if v["training.warmup_steps"] else ""
+        return f"schedule: {v['training.lr_scheduler']}{warm} (from settings)"
+
+    def apply_proposal(self, edits: dict[str, Any]) -> None:
+        """Apply the quick start's settings: the strategy first, then the keys it names."""
+        edits = dict(edits)
+        strategy = edits.pop("strategy", None)
+        if strategy:
+            self.set_strategy(strategy)
+        for key, value in edits.items():
             self.document.set(key, value)
         self.validate()
-        return True
 
     @property
     def platform(self) -> str:
@@ -316,6 +418,8 @@ class WizardState:
         if key in ("hardware.machine_rank", "hardware.main_process_ip", "hardware.main_process_port",
                    "hardware.rdzv_backend", "hardware.same_network"):
             return v["hardware.num_machines"] > 1 or written
+        if key in MERGED:
+            return written and (strategy in ("fsdp1", "fsdp2") or bool(v[key]))
         if key.startswith("fsdp.") and key != "fsdp.cpu_ram_efficient_loading":
             if strategy not in ("fsdp1", "fsdp2"):
                 return False
@@ -339,11 +443,13 @@ class WizardState:
             return (self.platform == "cuda" and strategy == "fsdp2") or written
         if key == "training.optimizer":
             return strategy != "deepspeed"
+        if key in ("training.ema_decay", "training.ema_device"):
+            return v["training.ema"] or written
         return True
 
     def visible_keys(self, step_id: str) -> list[str]:
         step = STEPS[STEP_IDS.index(step_id)]
-        return [k for k in step.keys if self.visible(k)]
+        return [k for k in step.keys + advanced_keys(step_id) if self.visible(k)]
 
     # -- moving on --------------------------------------------------------------------
 
@@ -375,14 +481,23 @@ class WizardState:
 
     # -- saving -----------------------------------------------------------------------
 
-    def save(self, draft: bool = False) -> Path:
-        """Write settings.toml; refused with errors unless it is a draft."""
-        if self.errors and not draft:
-            raise SaveRefused(f"{len(self.errors)} error(s): fix them or save a draft")
+    def save(self) -> Path:
+        """Write settings.toml; refused while there are errors (save a draft instead)."""
+        if self.errors:
+            raise SaveRefused(f"{len(self.errors)} error(s): fix them or save a draft (ctrl+r)")
         self.document.save(self.path)
         self.saved_text = self.document.text()
         self.existed = True
         return self.path
+
+    @property
+    def draft_path(self) -> Path:
+        return self.path.with_name(self.path.stem + ".draft.toml")
+
+    def save_draft(self) -> Path:
+        """Write the edits, errors and all, to `draft_path`: never over the settings file
+        that CI compiles. The edits stay unsaved (dirty) until a real save."""
+        return SettingsDocument(self.document.text()).save(self.draft_path)
 
     def save_and_compile(self) -> Path:
         """Save, then write the artefacts exactly as `tuner compile` would."""

@@ -7,6 +7,7 @@ output text: the same bytes `tuner compile` writes.
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import ScrollableContainer, VerticalScroll
 from textual.message import Message
@@ -60,6 +61,7 @@ class ReviewPane(VerticalScroll):
         verdict = "ready to save" if result.ok else f"{errors} error(s): save refused (ctrl+r saves a draft)"
         self.query_one("#review-summary", Static).update(
             f"Strategy: [b]{strategy}[/b] · {errors} error(s), {warnings} warning(s) · {verdict}\n"
+            f"{state.lr_schedule()}\n"
             f"Artefacts go to {display_path(state.path.parent / 'build')}/")
         options = self.query_one("#diagnostics", OptionList)
         highlighted = options.highlighted
@@ -72,12 +74,13 @@ class ReviewPane(VerticalScroll):
             text = f"{mark} {d.severity} [{key}] {d.message}"
             if d.fix:
                 text += f"\n    fix: {d.fix}"
-            options.add_option(Option(text))
+            options.add_option(Option(Text(text)))  # plain text: "[key]" is not markup
             self._keys.append(d.key)
         if not self._keys:
             options.add_option(Option("no diagnostics", disabled=True))
-        if highlighted is not None and highlighted < len(self._keys):
-            options.highlighted = highlighted
+        if self._keys:
+            # Always a highlighted entry, so Enter jumps without moving the list first.
+            options.highlighted = highlighted if highlighted is not None and highlighted < len(self._keys) else 0
         est = self._estimate(state.document.text(), state.path) if self._estimate else None
         self.query_one("#estimate", Static).update(
             est if est else "The memory estimator is not available in this tuner yet (tuner.compiler.estimate).")
