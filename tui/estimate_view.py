@@ -40,19 +40,19 @@ def compact_table(est: Any) -> str:
     gpu = f"{est.gpu_capacity / GIB:.1f} GiB" if est.gpu_capacity else "unknown (Hardware: GPU memory GiB)"
     host = f"{est.host_capacity / GIB:.1f} GiB" if est.host_capacity else "unknown (Hardware: host memory GiB)"
     lines.append(f"target GPU: {gpu} · target host RAM: {host}")
-    lines.append(f"  {'strategy':<26}{'per GPU':>8}{'per host':>9}  fits")
+    lines.append(f"  {'strategy':<22}{'per GPU':>8}{'host':>8}  fits")
     rows = [est.chosen] + [r for r in est.rows if r.name != est.chosen.name]
+    starred = False
     for r in rows:
         flags = [f for f in (r.fits_gpu, r.fits_host) if f is not None]
         fits = "?" if not flags else ("yes" if all(flags) else "NO")
-        if r.fits_host is None and flags:
-            fits += " (GPU only)"
-        label = (r.label + (" (chosen)" if r is est.chosen else ""))[:26]
+        if fits == "yes" and r.fits_host is None and r.platform != "cpu":
+            fits, starred = "yes*", True  # the GPU fits; the host was not checked
         mark = ">" if r is est.chosen else " "
-        lines.append(f"{mark} {label:<26}{_g(r.per_gpu or r.device.total):>8}{_g(r.per_host):>9}  {fits}")
-    lines.append("GiB per rank; per host = host RAM per machine")
-    if est.recommendation:
-        lines.append(f"recommended: {est.recommendation}")
+        lines.append(f"{mark} {r.label[:22]:<22}{_g(r.per_gpu or r.device.total):>8}{_g(r.per_host):>8}  {fits}")
+    lines.append("GiB per rank (host: per machine) · > the chosen one")
+    if starred:
+        lines.append("* GPU memory only: state the target's host RAM on the Hardware step")
     lines += [f"note: {n}" for n in est.notes]
     return "\n".join(lines)
 

@@ -18,6 +18,14 @@ from .facts import display_path
 from .model import WizardState
 
 
+class DiagnosticList(OptionList):
+    """The diagnostics list; measures nothing at width 0 (a terminal shrunk mid-layout made
+    rich's wrapping divide by zero: `range() arg 3 must not be zero`)."""
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return super().get_content_height(container, viewport, width) if width > 0 else 1
+
+
 class ReviewPane(VerticalScroll):
     """Diagnostics, estimate and artefact previews."""
 
@@ -38,7 +46,7 @@ class ReviewPane(VerticalScroll):
         yield Label("6. Review", classes="step-title")
         yield Static("", id="review-summary")
         yield Label("Diagnostics (Enter jumps to the field)", classes="field-label")
-        yield OptionList(id="diagnostics")
+        yield DiagnosticList(id="diagnostics")
         yield Label("Memory per GPU", classes="field-label")
         with ScrollableContainer(id="estimate-box", classes="panel"):  # the table is wide: scroll sideways
             yield Static("", id="estimate", markup=False)

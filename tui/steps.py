@@ -78,7 +78,8 @@ class StepPane(VerticalScroll):
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.select.id == "in-strategy":
             event.stop()
-            self.post_message(self.StrategyChanged(str(event.value)))
+            if event.value != self.state.strategy:  # not the echo of mounting; ctrl+t repairs a mixed file
+                self.post_message(self.StrategyChanged(str(event.value)))
 
     def row(self, key: str) -> FieldRow | None:
         hits = self.query(f"#row-{dom_id(key)}")
