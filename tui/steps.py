@@ -93,6 +93,10 @@ class StepPane(VerticalScroll):
             if reload_values:
                 row.load(state.value(row.key))
             row.show_diagnostics(state.diagnostics_for(row.key))
+        for box in self.query(Collapsible):  # the Advanced part: only what applies now
+            shown = sum(1 for row in box.query(FieldRow) if row.display)
+            box.display = bool(shown)
+            box.title = f"Advanced ({shown} more settings)"
         if self.step_id == "sharding":
             select = self.query_one("#in-strategy", Select)
             if select.value != state.strategy:
