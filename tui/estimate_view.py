@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tuner.compiler.block_cache import human_count
+
 GIB = 1024**3
 
 #: The estimator's strategy names -> the wizard's strategy and the settings it needs.
@@ -36,7 +38,7 @@ def compact_table(est: Any) -> str:
     """The estimate in about 60 columns: every strategy's per-GPU figure and verdict."""
     if est.model is None or est.chosen is None:
         return "memory estimate unavailable: " + est.source
-    lines = [f"model: {est.model.parameters / 1e9:.2f}B parameters ({est.source})"]
+    lines = [f"model: {human_count(est.model.parameters)} parameters ({est.source})"]
     gpu = f"{est.gpu_capacity / GIB:.1f} GiB" if est.gpu_capacity else "unknown (Hardware: GPU memory GiB)"
     host = f"{est.host_capacity / GIB:.1f} GiB" if est.host_capacity else "unknown (Hardware: host memory GiB)"
     lines.append(f"target GPU: {gpu} · target host RAM: {host}")

@@ -195,4 +195,4 @@ async def test_review_shows_the_real_memory_estimate(tmp_path, _wizard_env):
         await pilot.press("f6")
         await pilot.pause()
         table = str(app.screen.query_one("#estimate").render())
-        assert "FSDP2 (chosen)" in table and "per GPU" in table
+        assert "> FSDP2 " in table and "per GPU" in table  # ">" marks the chosen strategy
