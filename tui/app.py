@@ -30,7 +30,8 @@ from textual.widgets import Button, Collapsible, ContentSwitcher, Footer, Input,
 
 from .fields import FieldRow
 from .facts import display_path, hardware_suggestions
-from .model import STEP_IDS, STEPS, SaveRefused, WizardState, canonical_key, step_of
+from .layout import STEP_IDS, STEPS, canonical_key, step_of
+from .model import SaveRefused, WizardState
 
 #: Below this the layout cannot be drawn sensibly (and narrow widths crash rich's cell
 #: chopping): the screen says so instead of drawing the form.

@@ -16,7 +16,7 @@ from textual.widgets import Input, Label, Select, Static, Switch
 
 from tuner.compiler.diagnostics import Diagnostic
 
-from .model import key_info, label, parse_input, render_value
+from .layout import key_info, label, parse_input, render_value
 
 
 class InOrder:

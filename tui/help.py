@@ -14,7 +14,7 @@ from tuner.compiler.schema import index
 
 from .fields import FieldInput
 from .keys import KEYS
-from .model import STEPS, STRATEGY_KEYS, render_value, step_of
+from .layout import STEPS, STRATEGY_KEYS, render_value, step_of
 
 
 def reference(query: str = "") -> list[str]:

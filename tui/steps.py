@@ -13,7 +13,8 @@ from textual.widgets import Button, Collapsible, Label, Select, Static
 
 from .fields import FieldRow, dom_id
 from .facts import describe_hardware
-from .model import STEPS, STRATEGIES, STEP_IDS, WizardState, advanced_keys
+from .layout import STEPS, STRATEGIES, STEP_IDS, advanced_keys
+from .model import WizardState
 
 _INTRO = {
     "model": "What is trained: the model family, where its weights come from, full or LoRA.",

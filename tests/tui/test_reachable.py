@@ -1,7 +1,7 @@
 """Every schema key has a place in the wizard, and the quick start lands a 7B run on Review.
 
 The reachability test reads the schema, so a key another change adds later fails here
-(naming it) unless the wizard shows it: `model.advanced_keys` already gives any new key of a
+(naming it) unless the wizard shows it: `layout.advanced_keys` already gives any new key of a
 known section a field in its step's "Advanced" part, and a new section goes to the step its
 ``x-wizard-step`` names (else Precision and batch).
 """
