@@ -115,7 +115,7 @@ class WizardApp(App[int]):
         small = event.size.width < MIN_WIDTH or event.size.height < MIN_HEIGHT
         for screen in self.screen_stack:
             screen.set_class(small, "-too-small")
-        self.query_one("#too-small", Static).update(
+        self.screen_stack[0].query_one("#too-small", Static).update(  # the main screen's, under any modal
             f"Terminal {event.size.width}×{event.size.height} is too small: enlarge it to at least "
             f"{MIN_WIDTH}×{MIN_HEIGHT}. Nothing is lost (ctrl+q quits).")
 

@@ -97,6 +97,11 @@ async def test_2_resizing_down_to_20x6_and_back_never_crashes(tmp_path, _wizard_
             small = size[0] < 60 or size[1] < 16
             assert app.screen.has_class("-too-small") is small
         assert app.return_code is None  # still running
+        await pilot.press("f12")  # and under a modal screen
+        for size in [(30, 8), (80, 24), (20, 6), (80, 24)]:
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+        assert isinstance(app.screen, HelpScreen) and app.return_code is None
 
 
 async def test_2_a_crash_writes_a_recovery_file_and_exits_internal(tmp_path, _wizard_env, monkeypatch):
