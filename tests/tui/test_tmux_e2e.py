@@ -189,3 +189,29 @@ def test_a_crash_exits_internal_and_leaves_a_recovery_file(_wizard_env):
     recovered = _wizard_env / "settings.recovered.toml"
     assert recovered.exists() and "max_steps = 77" in recovered.read_text()
     assert not (_wizard_env / "settings.toml").exists()
+
+
+def test_keys_sent_in_one_burst_land_in_their_fields(_wizard_env):
+    """The issue's reproduction in a real terminal: `1000` Tab `50` on the batch step, all
+    in one send-keys call (no pause between keys), then F4 Tab `15` the same way."""
+    tmux = Tmux(_ensure_tmux(), f"tuner-burst-{os.getpid()}")
+    _start(tmux, _wizard_env, f"{sys.executable} -m tuner; echo WIZARD-EXIT=$?; sleep 60")
+    try:
+        tmux.wait_for("1. Model")
+        tmux.keys("F5")
+        tmux.wait_for("5. Precision and batch")
+        tmux.keys("Tab", "Tab", "Tab", "Tab")  # mixed precision -> ... -> max steps
+        tmux.wait_for("Optimizer steps to train")
+        tmux("send-keys", "-t", "wiz", "1", "0", "0", "0", "Tab", "5", "0", "F4", "Tab", "1", "5")
+        tmux.wait_for("4. Checkpoints")
+        time.sleep(1.0)
+        tmux.keys("C-s")
+        tmux.wait_for("saved settings.toml")
+        tmux.keys("C-q")
+        tmux.wait_for("WIZARD-EXIT=0")
+    finally:
+        tmux("kill-server")
+    result = compile_file(_wizard_env / "settings.toml")
+    assert result.ok, [d.format() for d in result.diagnostics.items]
+    t = result.settings.training
+    assert (t.max_steps, t.warmup_steps, result.settings.checkpoint.every_steps) == (1000, 50, 15)
