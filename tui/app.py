@@ -32,13 +32,13 @@ from .fields import FieldRow
 from .facts import display_path, hardware_suggestions
 from .layout import STEP_IDS, STEPS, canonical_key, step_of
 from .model import SaveRefused, WizardState
+from .review import ReviewPane
+from .services import Services
+from .steps import ActionBar, StepList, StepPane
 
 #: Below this the layout cannot be drawn sensibly (and narrow widths crash rich's cell
 #: chopping): the screen says so instead of drawing the form.
 MIN_WIDTH, MIN_HEIGHT = 60, 16
-from .review import ReviewPane
-from .services import Services
-from .steps import ActionBar, StepList, StepPane
 
 
 class WizardApp(App[int]):
@@ -134,7 +134,7 @@ class WizardApp(App[int]):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(self.state.document.text(), encoding="utf-8")
-        except OSError:
+        except Exception:  # noqa: BLE001 - never let saving the edits hide the crash itself
             return None
         self.recovery_path = path
         return path
@@ -378,7 +378,9 @@ class WizardApp(App[int]):
     def action_help(self) -> None:
         from .help import HelpScreen
 
-        if not isinstance(self.screen, HelpScreen):
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss(None)  # F12 toggles
+        else:
             self.push_screen(HelpScreen())
 
     def action_quickstart(self) -> None:

@@ -285,6 +285,12 @@ async def test_13_help_lists_every_key_and_searches_the_schema(tmp_path, _wizard
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("f12")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("f12")  # toggles
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
 
 
 def test_13_wizard_help_lists_the_keys():
