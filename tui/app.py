@@ -162,6 +162,10 @@ class WizardApp(App[int]):
         self.state.hardware = facts
         for pane in self.query("#step-hardware").results(StepPane):
             pane.show_hardware()
+        if self.state.bf16_default(facts):
+            self.apply("training.mixed_precision", "bf16")
+            self.notify("Mixed precision bf16: this machine's GPUs support it (Precision step to change).",
+                        title="New file default")
 
     # -- state -> screen --------------------------------------------------------------
 

@@ -202,6 +202,20 @@ class WizardState:
         warm = f", {v['training.warmup_steps']} warmup steps" if v["training.warmup_steps"] else ""
         return f"schedule: {v['training.lr_scheduler']}{warm} (from settings)"
 
+    def bf16_default(self, facts: Any) -> bool:
+        """A NEW file targeting this machine's CUDA GPUs that all support bf16 should train in
+        bf16, not fp32 (`no`). Never for an existing file or a stated precision."""
+        from .facts import _facts_dict
+
+        if self.existed or facts is None or isinstance(facts, Exception):
+            return False
+        if self.document.is_written("training.mixed_precision"):
+            return False
+        data = _facts_dict(facts)
+        gpus = data.get("gpus") or []
+        return (data.get("platform") == "cuda" and self.values["hardware.platform"] in ("auto", "cuda")
+                and bool(gpus) and all(g.get("bf16") for g in gpus))
+
     def apply_proposal(self, edits: dict[str, Any]) -> None:
         """Apply the quick start's settings: the strategy first, then the keys it names."""
         edits = dict(edits)

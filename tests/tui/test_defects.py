@@ -308,3 +308,13 @@ LLAMA2_7B = {
     "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "torch_dtype": "float16",
     "hidden_act": "silu", "rope_theta": 10000.0,
 }
+
+
+def test_10_bf16_is_the_default_only_for_a_new_file_on_bf16_cuda_gpus(tmp_path):
+    from .conftest import FAKE_FACTS
+
+    assert WizardState(tmp_path / "new.toml").bf16_default(FAKE_FACTS)
+    assert not WizardState(tmp_path / "new.toml").bf16_default({**FAKE_FACTS, "gpus": [{"bf16": False}]})
+    assert not WizardState(tmp_path / "new.toml").bf16_default({**FAKE_FACTS, "platform": "cpu"})
+    (tmp_path / "old.toml").write_text('[model]\npath = "builtin:tiny-llama"\n')
+    assert not WizardState.open(tmp_path / "old.toml").bf16_default(FAKE_FACTS)  # never rewrites a file's choice
