@@ -17,6 +17,7 @@ Severity = Literal["error", "warning", "note"]
 EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
+EXIT_INTERNAL = 70
 
 
 @dataclass(frozen=True)

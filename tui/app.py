@@ -4,28 +4,21 @@ The app takes everything from its constructor (the `WizardState` and the `Servic
 tests build it directly with fakes. Hardware detection imports torch, so it runs in a
 worker thread after the first paint.
 
-Keys (every action has one; none collides with the text inputs' own editing keys):
+Keys: `tui/keys.py` holds the table (the help screen and `tuner wizard --help` show it).
+Every key is handled in the order it was typed by the widget that had focus then (see
+`fields.InOrder`): focus moves (Tab, step changes) are priority bindings that run before
+the next key is forwarded, and set focus at once, never through `Widget.focus`'s deferred
+callback.
 
-| Key        | Action                                   |
-|------------|------------------------------------------|
-| F1 … F6    | go to step 1 … 6                         |
-| ctrl+n     | next step (refused while it has errors)  |
-| ctrl+p     | previous step                            |
-| ctrl+s     | save settings.toml (refused with errors) |
-| ctrl+r     | save a draft (even with errors)          |
-| ctrl+g     | save and compile (write the artefacts)   |
-| F7         | DeepSpeed builder                        |
-| F8         | block detection (wrap classes)           |
-| F9         | settings: cache maintenance              |
-| ctrl+y     | use the detected hardware values         |
-| ctrl+q     | quit (twice when there are unsaved edits)|
-| ctrl+c     | quit at once                             |
+A crash never loses edits silently: unsaved text goes to a recovery file beside the
+settings (`WizardApp.recovery_path`), and `tuner wizard` exits with EXIT_INTERNAL.
 """
 
 from __future__ import annotations
 
 import inspect
 import time
+from pathlib import Path
 from typing import Any
 
 from textual.app import App, ComposeResult
@@ -33,14 +26,19 @@ from textual.actions import SkipAction
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, ContentSwitcher, Footer, Input, Static
+from textual.widgets import Button, Collapsible, ContentSwitcher, Footer, Input, Static
 
 from .fields import FieldRow
 from .facts import display_path, hardware_suggestions
-from .model import STEP_IDS, STEPS, SaveRefused, WizardState, canonical_key, step_of
+from .layout import STEP_IDS, STEPS, canonical_key, step_of
+from .model import SaveRefused, WizardState
 from .review import ReviewPane
 from .services import Services
 from .steps import ActionBar, StepList, StepPane
+
+#: Below this the layout cannot be drawn sensibly (and narrow widths crash rich's cell
+#: chopping): the screen says so instead of drawing the form.
+MIN_WIDTH, MIN_HEIGHT = 60, 16
 
 
 class WizardApp(App[int]):
@@ -52,14 +50,21 @@ class WizardApp(App[int]):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [
         *[Binding(f"f{i + 1}", f"goto('{s.id}')", s.title, show=False, priority=True) for i, s in enumerate(STEPS)],
+        # Focus moves run in the App's queue before the next key is forwarded (see fields.InOrder).
+        Binding("tab", "focus_next", "Next field", show=False, priority=True),
+        Binding("shift+tab", "focus_previous", "Previous field", show=False, priority=True),
         Binding("ctrl+n", "next", "Next", priority=True),
         Binding("ctrl+p", "back", "Back", priority=True),
         Binding("ctrl+s", "save", "Save", priority=True),
-        Binding("ctrl+r", "save_draft", "Draft", priority=True),
-        Binding("ctrl+g", "save_compile", "Save+compile", priority=True),
-        Binding("f7", "builder", "DeepSpeed", priority=True),
-        Binding("f8", "blocks", "Blocks", priority=True),
-        Binding("f9", "maintenance", "Settings", priority=True),
+        Binding("ctrl+r", "save_draft", "Draft", show=False, priority=True),
+        Binding("ctrl+g", "save_compile", "Save+compile", show=False, priority=True),
+        Binding("ctrl+t", "tidy_strategy", "Remove other strategy's keys", show=False, priority=True),
+        Binding("f7", "builder", "DeepSpeed", show=False, priority=True),
+        Binding("f8", "blocks", "Blocks", show=False, priority=True),
+        Binding("f9", "maintenance", "Settings", show=False, priority=True),
+        Binding("f10", "quickstart", "Quick start", priority=True),
+        Binding("f12", "help", "Help", priority=True),
+        Binding("question_mark", "help", "Help", show=False),  # only where no text field takes the "?"
         Binding("ctrl+y", "use_detected", "Use detected", show=False, priority=True),
         Binding("ctrl+q", "quit_wizard", "Quit", priority=True),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
@@ -73,7 +78,9 @@ class WizardApp(App[int]):
         """False in tests: a blinking cursor would make snapshots differ."""
         self.services = services or Services()
         self._detect_hardware = detect_hardware and self.services.hardware is not None
-        self._quit_armed = False
+        self._quit_armed_at: str | None = None
+        """The document text when ctrl+q was first pressed: a second ctrl+q quits only if unchanged."""
+        self.recovery_path: Path | None = None
         self.last_validation_s = 0.0
         self.first_paint_at: float | None = None
 
@@ -81,6 +88,7 @@ class WizardApp(App[int]):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="topbar")
+        yield Static("", id="too-small")
         with Horizontal(id="body"):
             yield StepList(id="steps")
             with Vertical(id="main"):
@@ -100,7 +108,36 @@ class WizardApp(App[int]):
     def on_mount(self) -> None:
         self.steady_cursors(self.screen)
         self._refresh_chrome()
+        self._focus_first()  # now, so that keys typed before the first paint land in a field
         self.call_after_refresh(self._painted)
+
+    def on_resize(self, event) -> None:
+        small = event.size.width < MIN_WIDTH or event.size.height < MIN_HEIGHT
+        for screen in self.screen_stack:
+            screen.set_class(small, "-too-small")
+        self.screen_stack[0].query_one("#too-small", Static).update(  # the main screen's, under any modal
+            f"Terminal {event.size.width}×{event.size.height} is too small: enlarge it to at least "
+            f"{MIN_WIDTH}×{MIN_HEIGHT}. Nothing is lost (ctrl+q quits).")
+
+    # -- crashes ----------------------------------------------------------------------
+
+    def _handle_exception(self, error: Exception) -> None:
+        """Keep unsaved edits in a recovery file before Textual exits with the traceback."""
+        self.write_recovery()
+        super()._handle_exception(error)
+
+    def write_recovery(self) -> Path | None:
+        """Write the unsaved text beside the settings; never over the settings file itself."""
+        if self.recovery_path is not None or not self.state.dirty:
+            return self.recovery_path
+        path = self.state.path.with_name(self.state.path.stem + ".recovered.toml")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(self.state.document.text(), encoding="utf-8")
+        except Exception:  # noqa: BLE001 - never let saving the edits hide the crash itself
+            return None
+        self.recovery_path = path
+        return path
 
     def steady_cursors(self, screen) -> None:
         if not self.cursor_blink:
@@ -109,7 +146,7 @@ class WizardApp(App[int]):
 
     def _painted(self) -> None:
         self.first_paint_at = time.perf_counter()
-        if self.focused is None:
+        if self.screen_stack[0].focused is None:
             self._focus_first()
         if self._detect_hardware:
             self.run_worker(self._collect_hardware, thread=True, exclusive=True, group="hardware")
@@ -125,6 +162,10 @@ class WizardApp(App[int]):
         self.state.hardware = facts
         for pane in self.query("#step-hardware").results(StepPane):
             pane.show_hardware()
+        if self.state.bf16_default(facts):
+            self.apply("training.mixed_precision", "bf16")
+            self.notify("Mixed precision bf16: this machine's GPUs support it (Precision step to change).",
+                        title="New file default")
 
     # -- state -> screen --------------------------------------------------------------
 
@@ -161,9 +202,17 @@ class WizardApp(App[int]):
 
     def on_step_pane_strategy_changed(self, event: StepPane.StrategyChanged) -> None:
         start = time.perf_counter()
+        carried = self.state.values["fsdp.activation_checkpointing"]
         if self.state.set_strategy(event.strategy):
             self.last_validation_s = time.perf_counter() - start
             self._after_edit()
+            strays = self.state.stray_strategy_keys()
+            if strays:
+                self.notify(f"Kept in the file, unused now: {', '.join(strays)}. ctrl+t removes them.",
+                            title="Other strategy's keys", severity="warning")
+            if carried and not self.state.values["fsdp.activation_checkpointing"]:
+                self.notify("FSDP activation checkpointing carried over to training.gradient_checkpointing "
+                            "(the same thing, for every strategy).", title="Activation checkpointing")
 
     async def on_review_pane_jump(self, event: ReviewPane.Jump) -> None:
         await self.jump_to(event.key)
@@ -175,9 +224,13 @@ class WizardApp(App[int]):
         pane = self.query_one(f"#step-{step_id}")
         if isinstance(pane, StepPane) and canonical:
             row = pane.row(canonical)
+            if row is not None:
+                for box in row.ancestors:
+                    if isinstance(box, Collapsible):
+                        box.collapsed = False  # an advanced field: open its part of the step
             if row is not None and row.display:
-                row.input.focus(scroll_visible=False)
-                pane.scroll_to_widget(row, animate=False)
+                row.screen.set_focus(row.input, scroll_visible=False)
+                self.call_after_refresh(pane.scroll_to_widget, row, animate=False)
                 return
         if key:
             self.notify(f"{key}: not a field on this step; edit it in the file or the DeepSpeed builder (F7)")
@@ -211,9 +264,9 @@ class WizardApp(App[int]):
             return
         for widget in pane.query("Input, Select, Switch, OptionList"):
             if widget.focusable and _shown_within(widget, pane):
-                # No scrolling: the first field is at the top, and a pane mounted a moment
-                # ago has no layout yet to scroll by.
-                widget.focus(scroll_visible=False)
+                # At once (Widget.focus defers it behind keys already queued). No scrolling:
+                # the first field is at the top, and a new pane has no layout to scroll by.
+                widget.screen.set_focus(widget, scroll_visible=False)  # its own screen, even under a modal
                 return
 
     async def action_next(self) -> None:
@@ -262,11 +315,12 @@ class WizardApp(App[int]):
     def action_save_draft(self) -> None:
         self._outside_modals()
         try:
-            path = self.state.save(draft=True)
+            path = self.state.save_draft()
         except OSError as exc:
             self.notify(f"Not saved: {exc}", severity="error")
             return
-        self._saved(f"saved draft {display_path(path)}" + (f" ({len(self.state.errors)} error(s))" if self.state.errors else ""))
+        self._saved(f"saved draft {display_path(path)}" + (f" ({len(self.state.errors)} error(s))" if self.state.errors else "")
+                    + f"; {display_path(self.state.path)} untouched")
 
     def action_save_compile(self) -> None:
         self._outside_modals()
@@ -316,12 +370,44 @@ class WizardApp(App[int]):
         self.notify(", ".join(f"{k} = {v}" for k, v in edits.items()), title="Detected values applied")
 
     def action_quit_wizard(self) -> None:
-        if self.state.dirty and not self._quit_armed:
-            self._quit_armed = True
+        text = self.state.document.text()
+        if self.state.dirty and self._quit_armed_at != text:
+            # Armed for exactly this text: an edit after the first ctrl+q asks again.
+            self._quit_armed_at = text
             self.notify("Unsaved changes: ctrl+s saves; press ctrl+q again to quit without saving.",
                         severity="warning")
             return
         self.exit(0)
+
+    def action_help(self) -> None:
+        from .help import HelpScreen
+
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss(None)  # F12 toggles
+        else:
+            self.push_screen(HelpScreen())
+
+    def action_quickstart(self) -> None:
+        self._outside_modals()
+        from .quickstart import QuickStart
+
+        async def done(edits: dict[str, Any] | None) -> None:
+            if edits:
+                self.state.apply_proposal(edits)
+                self._after_edit(reload_values=True)
+                await self._show_step("review")
+                self._focus_first()
+
+        self.push_screen(QuickStart(self.state, self.services.proposal), done)
+
+    def action_tidy_strategy(self) -> None:
+        self._outside_modals()
+        removed = self.state.tidy_strategy()
+        if not removed:
+            self.notify("Nothing to remove: no keys of other strategies are set.")
+            return
+        self._after_edit(reload_values=True)
+        self.notify("Removed: " + ", ".join(removed), title="Other strategies' keys")
 
 
 def _shown_within(widget, container) -> bool:

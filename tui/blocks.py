@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -135,8 +136,9 @@ class BlocksModal(ModalScreen[list[str] | None]):
                           c["paths"][0] if c["paths"] else "", key=c["name"])
         table.focus()
 
-    def _mark(self, name: str) -> str:
-        return "[x]" if name in self.selected else "[ ]"
+    def _mark(self, name: str) -> Text:
+        # A Text, not a str: DataTable reads strings as markup, and "[x]" is a (empty) tag.
+        return Text("[x]" if name in self.selected else "[ ]")
 
     def action_toggle(self) -> None:
         table = self.query_one("#blocks-table", DataTable)

@@ -16,7 +16,8 @@ from textual.widgets import Button, Input, Label, Select, Static
 
 from .document import SettingsDocument
 from .fields import FieldRow
-from .model import BUILDER_KEYS, WizardState
+from .layout import BUILDER_KEYS
+from .model import WizardState
 from .services import Templates
 
 

@@ -101,6 +101,9 @@ class SettingsDocument:
             return False
         container, name = hit
         del container[name]
+        section = index().keys[key].section
+        if container is not self.doc and not len(container) and section in self.doc:
+            del self.doc[section]  # no empty [section] left behind
         return True
 
     # -- saving -----------------------------------------------------------------------

@@ -61,4 +61,13 @@ def hardware_suggestions(facts: Any) -> dict[str, Any]:
     gpus = data.get("gpus") or []
     if gpus:
         out["hardware.num_processes"] = len(gpus)
+        mem = min(g.get("memory_gib") or (g.get("memory_bytes") or 0) / 1024**3 for g in gpus)
+        if mem:
+            out["hardware.gpu_memory_gib"] = round(mem, 1)
+        if all(g.get("bf16") for g in gpus):
+            out["training.mixed_precision"] = "bf16"  # the GPUs support it: no reason to run fp32
+    host = data.get("host_memory_gib") or (data.get("host_memory_bytes") or 0) / 1024**3
+    if host:
+        # Stated as the target's host RAM (the estimate never reads this machine's by itself).
+        out["hardware.host_memory_gib"] = round(host, 1)
     return out

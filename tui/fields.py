@@ -16,7 +16,39 @@ from textual.widgets import Input, Label, Select, Static, Switch
 
 from tuner.compiler.diagnostics import Diagnostic
 
-from .model import key_info, label, parse_input, render_value
+from .layout import key_info, label, parse_input, render_value
+
+
+class InOrder:
+    """Keys handled in the order they were typed, by the widget that had focus then.
+
+    Textual forwards a key to the focused widget's queue, and a key the widget does not
+    consume (ctrl+u, backspace, space on a switch) bubbles back to the App, which looks up
+    the binding from whatever has focus *by then*. Typed fast, later keys overtake it:
+    `1000` Tab `50` gave `100050`, ctrl+u then digits deleted the digits. Here the widget
+    runs its own bindings in its own queue, in order with the characters around them.
+    """
+
+    async def _on_key(self, event) -> None:
+        for binding in self._bindings.key_to_bindings.get(event.key, ()):  # type: ignore[attr-defined]
+            if not binding.priority:
+                event.stop()
+                event.prevent_default()  # the base class's _on_key must not see it again
+                await self.run_action(binding.action)  # type: ignore[attr-defined]
+                return
+        # Not a binding of this widget: let its class handle the key (characters) as usual.
+
+
+class FieldInput(InOrder, Input):
+    """A text field whose editing keys keep their order under fast typing."""
+
+
+class FieldSwitch(InOrder, Switch):
+    """A switch whose space/enter keep their order under fast typing."""
+
+
+class FieldSelect(InOrder, Select):
+    """A choice whose keys keep their order under fast typing."""
 
 
 def dom_id(key: str) -> str:
@@ -48,6 +80,10 @@ class FieldRow(Vertical):
         with Horizontal(classes="field-line"):
             yield Label(label(self.key), classes="field-label")
             yield self._make_input(self._initial)
+            if self.info.prop.get("type") == "boolean":
+                # The state in words too: a knob's position or colour is lost in a plain
+                # capture and under NO_COLOR.
+                yield Static(_on_off(bool(self._initial)), classes="switch-state", markup=False)
             if self._extra is not None:
                 yield self._extra
         yield Static(f"{self.key}: {self.info.description}", classes="field-help", markup=False)
@@ -58,12 +94,12 @@ class FieldRow(Vertical):
         if self.info.enum:  # a Select of exactly the schema's choices
             options = [(render_value(v), v) for v in self.info.enum]
             initial = value if value in self.info.enum else Select.NULL
-            return Select(options, value=initial, allow_blank=initial is Select.NULL, id=wid, classes="field-input",
+            return FieldSelect(options, value=initial, allow_blank=initial is Select.NULL, id=wid, classes="field-input",
                           compact=True)
         if self.info.prop.get("type") == "boolean":
-            return Switch(value=bool(value), id=wid, classes="field-input")
+            return FieldSwitch(value=bool(value), id=wid, classes="field-input")
         placeholder = "comma-separated" if self.info.prop.get("type") == "array" else render_value(self.info.default)
-        return Input(render_value(value), placeholder=placeholder, id=wid, classes="field-input", compact=True)
+        return FieldInput(render_value(value), placeholder=placeholder, id=wid, classes="field-input", compact=True)
 
     @property
     def input(self):
@@ -78,6 +114,7 @@ class FieldRow(Vertical):
                     widget.value = value
             elif isinstance(widget, Switch):
                 widget.value = bool(value)
+                self.query_one(".switch-state", Static).update(_on_off(bool(value)))
             elif parse_input(self.key, widget.value) != value:
                 widget.value = render_value(value)
 
@@ -113,4 +150,9 @@ class FieldRow(Vertical):
 
     def on_switch_changed(self, event: Switch.Changed) -> None:
         event.stop()
+        self.query_one(".switch-state", Static).update(_on_off(event.value))
         self._emit(event.value)
+
+
+def _on_off(value: bool) -> str:
+    return "on" if value else "off"

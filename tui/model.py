@@ -1,6 +1,7 @@
 """The wizard's model: steps, which fields each shows, the rules for moving on, validation.
 
 Plain Python, no Textual import (tests exercise it directly; the widgets only render it).
+The steps and fields themselves (from the schema) are in `layout.py`.
 Everything the wizard says about validity comes from the compiler: every edit writes the
 tomlkit document and re-runs `compile_text` on its text, exactly as `tuner compile` would
 read the saved file.
@@ -8,16 +9,15 @@ read the saved file.
 
 from __future__ import annotations
 
-import re
+import json
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tuner.compiler import CompileResult, compile_text
 from tuner.compiler.diagnostics import Diagnostic, Diagnostics
 from tuner.compiler.normalise import normalise
-from tuner.compiler.schema import KeyInfo, index
+from tuner.compiler.schema import index
 
 from .document import SettingsDocument
 
@@ -38,146 +38,10 @@ num_processes = 1
 enabled = true
 """
 
-#: The composite "strategy" choice on the Sharding step, mapped onto schema keys.
-STRATEGIES: dict[str, str] = {
-    "ddp": "DDP (every rank holds the whole model)",
-    "fsdp2": "FSDP2 (default for full-model runs)",
-    "fsdp1": "FSDP v1 (deprecated)",
-    "deepspeed": "DeepSpeed ZeRO",
-}
-
-
-@dataclass(frozen=True)
-class Step:
-    id: str
-    title: str
-    keys: tuple[str, ...]
-
-
-STEPS: tuple[Step, ...] = (
-    Step("model", "Model", (
-        "model.family", "model.flavour", "model.path", "model.type",
-        "model.lora_rank", "model.lora_alpha", "model.lora_dropout", "model.lora_target_modules",
-        "model.pooling", "model.mrl_dims", "model.temperature",
-        "data.path", "data.seq_len", "data.resolution", "output.dir",
-    )),
-    Step("hardware", "Hardware", (
-        "hardware.platform", "hardware.num_processes", "hardware.num_machines", "hardware.machine_rank",
-        "hardware.main_process_ip", "hardware.main_process_port", "hardware.rdzv_backend",
-        "hardware.same_network", "hardware.gpu_memory_gib", "hardware.host_memory_gib",
-    )),
-    Step("sharding", "Sharding", (
-        "fsdp.reshard_after_forward", "fsdp.offload_params", "fsdp.auto_wrap_policy",
-        "fsdp.transformer_layer_cls_to_wrap", "fsdp.min_num_params", "fsdp.sharding_strategy",
-        "fsdp.activation_checkpointing",
-        "deepspeed.zero_stage", "deepspeed.offload_optimizer", "deepspeed.offload_param", "deepspeed.nvme_path",
-        "context_parallel.size", "context_parallel.comm_strategy",
-    )),
-    Step("checkpoints", "Checkpoints", (
-        "checkpoint.state_dict_type", "checkpoint.every_steps", "checkpoint.keep_last",
-        "fsdp.cpu_ram_efficient_loading", "checkpoint.resume", "checkpoint.export",
-    )),
-    Step("precision", "Precision and batch", (
-        "training.mixed_precision", "training.micro_batch_size", "training.gradient_accumulation_steps",
-        "training.learning_rate", "training.max_steps", "training.warmup_steps", "training.optimizer",
-        "training.lr_scheduler", "training.gradient_checkpointing",
-    )),
-    Step("review", "Review", ()),
+from .layout import (  # noqa: F401  (re-exported: the widgets import them from here)
+    BUILDER_KEYS, MERGED, STEP_IDS, STEPS, STRATEGIES, STRATEGY_KEYS, Step, advanced_keys, canonical_key, key_info,
+    label, parse_input, render_value, section_step, step_of,
 )
-STEP_IDS = tuple(s.id for s in STEPS)
-
-#: Keys the DeepSpeed builder screen edits.
-BUILDER_KEYS: tuple[str, ...] = (
-    "deepspeed.zero_stage", "deepspeed.offload_optimizer", "deepspeed.offload_param", "deepspeed.nvme_path",
-    "deepspeed.optimizer", "deepspeed.scheduler", "training.gradient_accumulation_steps",
-    "deepspeed.gradient_clipping", "deepspeed.pin_memory", "deepspeed.zero3_init",
-)
-
-_SECTION_STEP = {"model": "model", "data": "model", "output": "model", "hardware": "hardware",
-                 "fsdp": "sharding", "deepspeed": "sharding", "context_parallel": "sharding",
-                 "checkpoint": "checkpoints", "training": "precision", "accelerate": "review"}
-
-
-def step_of(key: str) -> str:
-    """The step that shows a diagnostic's key (Review for file-level problems)."""
-    for step in STEPS:
-        for k in step.keys:
-            if key == k or key.startswith(k + "."):
-                return step.id
-    canonical = canonical_key(key)
-    if canonical and canonical != key:
-        return step_of(canonical)
-    return _SECTION_STEP.get(key.split(".", 1)[0], "review") if key else "review"
-
-
-def canonical_key(key: str) -> str | None:
-    """A diagnostic key (canonical, alias, or section.alias) -> canonical key."""
-    idx = index()
-    if key in idx.keys:
-        return key
-    if key in idx.aliases:
-        return idx.aliases[key]
-    section, _, name = key.partition(".")
-    if name in idx.aliases and idx.aliases[name].startswith(section + "."):
-        return idx.aliases[name]
-    parts = key.split(".")
-    for i in range(len(parts) - 1, 0, -1):
-        prefix = ".".join(parts[:i])
-        if prefix in idx.keys:
-            return prefix
-    return None
-
-
-def label(key: str) -> str:
-    """A field label from the schema key's name: ``reshard_after_forward`` -> ``Reshard after forward``.
-
-    Names that several sections share (``path``, ``dir``, ``size``) get their section in front."""
-    info = index().keys[key]
-    name = info.name
-    shared = sum(1 for k in index().keys.values() if k.name == name) > 1
-    if shared or len(name) <= 4:
-        name = f"{info.section}_{name}"
-    text = name.replace("_", " ")
-    text = re.sub(r"\b(gib|ip|cpu|gpu|lora|mrl|lr|nvme|ram|ema)\b", lambda m: m.group(1).upper(), text)
-    text = text.replace("GIB", "GiB").replace("LORA", "LoRA").replace("NVME", "NVMe").replace(" cls ", " classes ")
-    return text[:1].upper() + text[1:]
-
-
-def key_info(key: str) -> KeyInfo:
-    return index().keys[key]
-
-
-def render_value(value: Any) -> str:
-    """A value as it goes into a text field (lists comma-separated)."""
-    if isinstance(value, list):
-        return ", ".join(str(v) for v in value)
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def parse_input(key: str, text: str) -> Any:
-    """Text from a field -> a TOML value. What does not parse stays a string, so the
-    compiler reports it (``must be an integer (got "abc")``) instead of the wizard."""
-    types = key_info(key).prop.get("type")
-    types = types if isinstance(types, list) else [types]
-    text = text.strip()
-    if "array" in types:
-        items = [p.strip() for p in text.split(",") if p.strip()]
-        if key_info(key).prop.get("items", {}).get("type") == "integer":
-            return [int(i) if re.fullmatch(r"[+-]?\d+", i) else i for i in items]
-        return items
-    if "integer" in types and re.fullmatch(r"[+-]?\d+", text):
-        return int(text)
-    if "number" in types:
-        try:
-            value = float(text)
-        except ValueError:
-            return text
-        return int(value) if re.fullmatch(r"[+-]?\d+", text) else value
-    return text
 
 
 class WizardState:
@@ -266,8 +130,8 @@ class WizardState:
         return "ddp"
 
     def set_strategy(self, name: str) -> bool:
-        if name == self.strategy:
-            return False
+        """Switch strategy; also repairs a file where several are on (the flags are made
+        consistent even when `name` is what `strategy` already reads)."""
         edits: dict[str, Any] = {}
         if name in ("fsdp2", "fsdp1"):
             edits = {"deepspeed.enabled": False, "fsdp.enabled": True, "fsdp.version": 2 if name == "fsdp2" else 1}
@@ -275,12 +139,92 @@ class WizardState:
             edits = {"fsdp.enabled": False, "deepspeed.enabled": True}
         else:
             edits = {"fsdp.enabled": False, "deepspeed.enabled": False}
+        changed = False
         for key, value in edits.items():
             if value == key_info(key).default and not self.document.is_written(key):
                 continue  # the default already; keep the file as small as it was
+            if self.values.get(key) == value and self.document.is_written(key):
+                continue
+            self.document.set(key, value)
+            changed = True
+        if name not in ("fsdp1", "fsdp2") and self.values["fsdp.activation_checkpointing"]:
+            # One concept: FSDP's activation checkpointing becomes training's, which every strategy runs.
+            self.document.remove("fsdp.activation_checkpointing")
+            self.document.set("training.gradient_checkpointing", True)
+            changed = True
+        if changed:
+            self.validate()
+        return changed
+
+    def stray_strategy_keys(self) -> list[str]:
+        """Keys (as the file spells them) of strategies other than the chosen one."""
+        strategy = self.strategy
+        other = {"deepspeed": ("fsdp.",), "ddp": ("fsdp.", "deepspeed."), "fsdp1": ("deepspeed.",),
+                 "fsdp2": ("deepspeed.",)}[strategy]
+        keep = {"fsdp.enabled", "deepspeed.enabled"}
+        if strategy in ("fsdp1", "fsdp2"):
+            keep.add("fsdp.version")
+        out = []
+        for key in index().keys:
+            if key.startswith(other) and key not in keep and self.document.is_written(key):
+                out.append(self.document.written_name(key) or key)
+        both_on = self.values["fsdp.enabled"] and strategy == "deepspeed"
+        return out + (["fsdp.enabled"] if both_on else [])
+
+    def tidy_strategy(self) -> list[str]:
+        """Remove the other strategies' keys (and switch their flags off); the names removed."""
+        strays = self.stray_strategy_keys()
+        if not strays:
+            return []
+        strategy = self.strategy
+        prefixes = {"deepspeed": ("fsdp.",), "ddp": ("fsdp.", "deepspeed.")}.get(strategy, ("deepspeed.",))
+        for key in index().keys:
+            if key.startswith(prefixes) and key not in STRATEGY_KEYS:
+                self.document.remove(key)
+        if strategy == "deepspeed" and self.values["fsdp.enabled"]:
+            self.document.remove("fsdp.enabled")
+            self.document.remove("fsdp.version")
+        self.validate()
+        return strays
+
+    def lr_schedule(self) -> str:
+        """Which LR schedule the run will use, and where it comes from (DeepSpeed runs the
+        scheduler its JSON names; otherwise the settings' training.lr_scheduler runs)."""
+
+        if self.strategy == "deepspeed" and self.result.deepspeed_json:
+            try:
+                named = json.loads(self.result.deepspeed_json).get("scheduler")
+            except ValueError:
+                named = None
+            if isinstance(named, dict) and named.get("type"):
+                return f"schedule: {named['type']} (from deepspeed_config)"
+        v = self.values
+        warm = f", {v['training.warmup_steps']} warmup steps" if v["training.warmup_steps"] else ""
+        return f"schedule: {v['training.lr_scheduler']}{warm} (from settings)"
+
+    def bf16_default(self, facts: Any) -> bool:
+        """A NEW file targeting this machine's CUDA GPUs that all support bf16 should train in
+        bf16, not fp32 (`no`). Never for an existing file or a stated precision."""
+        from .facts import _facts_dict
+
+        if self.existed or facts is None or isinstance(facts, Exception):
+            return False
+        if self.document.is_written("training.mixed_precision"):
+            return False
+        data = _facts_dict(facts)
+        gpus = data.get("gpus") or []
+        return (data.get("platform") == "cuda" and self.values["hardware.platform"] in ("auto", "cuda")
+                and bool(gpus) and all(g.get("bf16") for g in gpus))
+
+    def apply_proposal(self, edits: dict[str, Any]) -> None:
+        """Apply the quick start's settings: the strategy first, then the keys it names."""
+        edits = dict(edits)
+        strategy = edits.pop("strategy", None)
+        if strategy:
+            self.set_strategy(strategy)
+        for key, value in edits.items():
             self.document.set(key, value)
         self.validate()
-        return True
 
     @property
     def platform(self) -> str:
@@ -316,6 +260,8 @@ class WizardState:
         if key in ("hardware.machine_rank", "hardware.main_process_ip", "hardware.main_process_port",
                    "hardware.rdzv_backend", "hardware.same_network"):
             return v["hardware.num_machines"] > 1 or written
+        if key in MERGED:
+            return written and (strategy in ("fsdp1", "fsdp2") or bool(v[key]))
         if key.startswith("fsdp.") and key != "fsdp.cpu_ram_efficient_loading":
             if strategy not in ("fsdp1", "fsdp2"):
                 return False
@@ -339,11 +285,13 @@ class WizardState:
             return (self.platform == "cuda" and strategy == "fsdp2") or written
         if key == "training.optimizer":
             return strategy != "deepspeed"
+        if key in ("training.ema_decay", "training.ema_device"):
+            return v["training.ema"] or written
         return True
 
     def visible_keys(self, step_id: str) -> list[str]:
         step = STEPS[STEP_IDS.index(step_id)]
-        return [k for k in step.keys if self.visible(k)]
+        return [k for k in step.keys + advanced_keys(step_id) if self.visible(k)]
 
     # -- moving on --------------------------------------------------------------------
 
@@ -375,14 +323,23 @@ class WizardState:
 
     # -- saving -----------------------------------------------------------------------
 
-    def save(self, draft: bool = False) -> Path:
-        """Write settings.toml; refused with errors unless it is a draft."""
-        if self.errors and not draft:
-            raise SaveRefused(f"{len(self.errors)} error(s): fix them or save a draft")
+    def save(self) -> Path:
+        """Write settings.toml; refused while there are errors (save a draft instead)."""
+        if self.errors:
+            raise SaveRefused(f"{len(self.errors)} error(s): fix them or save a draft (ctrl+r)")
         self.document.save(self.path)
         self.saved_text = self.document.text()
         self.existed = True
         return self.path
+
+    @property
+    def draft_path(self) -> Path:
+        return self.path.with_name(self.path.stem + ".draft.toml")
+
+    def save_draft(self) -> Path:
+        """Write the edits, errors and all, to `draft_path`: never over the settings file
+        that CI compiles. The edits stay unsaved (dirty) until a real save."""
+        return SettingsDocument(self.document.text()).save(self.draft_path)
 
     def save_and_compile(self) -> Path:
         """Save, then write the artefacts exactly as `tuner compile` would."""

@@ -7,6 +7,7 @@ output text: the same bytes `tuner compile` writes.
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import ScrollableContainer, VerticalScroll
 from textual.message import Message
@@ -15,6 +16,14 @@ from textual.widgets.option_list import Option
 
 from .facts import display_path
 from .model import WizardState
+
+
+class DiagnosticList(OptionList):
+    """The diagnostics list; measures nothing at width 0 (a terminal shrunk mid-layout made
+    rich's wrapping divide by zero: `range() arg 3 must not be zero`)."""
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return super().get_content_height(container, viewport, width) if width > 0 else 1
 
 
 class ReviewPane(VerticalScroll):
@@ -37,7 +46,7 @@ class ReviewPane(VerticalScroll):
         yield Label("6. Review", classes="step-title")
         yield Static("", id="review-summary")
         yield Label("Diagnostics (Enter jumps to the field)", classes="field-label")
-        yield OptionList(id="diagnostics")
+        yield DiagnosticList(id="diagnostics")
         yield Label("Memory per GPU", classes="field-label")
         with ScrollableContainer(id="estimate-box", classes="panel"):  # the table is wide: scroll sideways
             yield Static("", id="estimate", markup=False)
@@ -60,6 +69,7 @@ class ReviewPane(VerticalScroll):
         verdict = "ready to save" if result.ok else f"{errors} error(s): save refused (ctrl+r saves a draft)"
         self.query_one("#review-summary", Static).update(
             f"Strategy: [b]{strategy}[/b] · {errors} error(s), {warnings} warning(s) · {verdict}\n"
+            f"{state.lr_schedule()}\n"
             f"Artefacts go to {display_path(state.path.parent / 'build')}/")
         options = self.query_one("#diagnostics", OptionList)
         highlighted = options.highlighted
@@ -72,12 +82,13 @@ class ReviewPane(VerticalScroll):
             text = f"{mark} {d.severity} [{key}] {d.message}"
             if d.fix:
                 text += f"\n    fix: {d.fix}"
-            options.add_option(Option(text))
+            options.add_option(Option(Text(text)))  # plain text: "[key]" is not markup
             self._keys.append(d.key)
         if not self._keys:
             options.add_option(Option("no diagnostics", disabled=True))
-        if highlighted is not None and highlighted < len(self._keys):
-            options.highlighted = highlighted
+        if self._keys:
+            # Always a highlighted entry, so Enter jumps without moving the list first.
+            options.highlighted = highlighted if highlighted is not None and highlighted < len(self._keys) else 0
         est = self._estimate(state.document.text(), state.path) if self._estimate else None
         self.query_one("#estimate", Static).update(
             est if est else "The memory estimator is not available in this tuner yet (tuner.compiler.estimate).")

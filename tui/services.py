@@ -55,18 +55,38 @@ def clear_offload_cache(path: str) -> Any:
     return _load("tuner.runtime.maintenance", "clear_offload_cache", "DeepSpeed offload cache maintenance")(path)
 
 
-def estimate_table(settings_text: str, settings_path: Path) -> str | None:
-    """The memory estimator's per-GPU table for these settings, or None when the estimator
-    does not exist yet. Pure Python (no torch), so it runs on every Review refresh."""
+def target_estimate(settings_text: str, settings_path: Path | None):
+    """The estimator's `Estimate` for the TARGET the settings describe, or None.
+
+    Capacities come from the settings only (hardware.gpu_memory_gib / host_memory_gib): the
+    run usually targets other machines, so this machine's RAM and GPUs are never used (the
+    table says "unknown" instead). Pure Python (no torch)."""
     try:
-        mod = importlib.import_module("tuner.compiler.estimate")
-    except ModuleNotFoundError:
+        from tuner.compiler import compile_text
+        from tuner.compiler.estimate import for_result
+    except ImportError:
         return None
-    for name in ("render_for_text", "table_for_text"):
-        fn = getattr(mod, name, None)
-        if fn is not None:
-            return str(fn(settings_text, settings_path))
-    return None
+    result = compile_text(settings_text, path=settings_path)
+    base = Path(settings_path).parent if settings_path else None
+    return for_result(result, None, base)
+
+
+def estimate_table(settings_text: str, settings_path: Path) -> str | None:
+    """The per-GPU table for the Review step (narrow: strategy, per GPU, per host, fits)."""
+    try:
+        est = target_estimate(settings_text, settings_path)
+    except ImportError:
+        return None
+    if est is None:
+        return "memory estimate unavailable: the settings do not compile yet"
+    from .estimate_view import compact_table
+    return compact_table(est)
+
+
+def propose(settings_text: str, settings_path: Path | None) -> dict[str, Any]:
+    """The quick start's proposal for these settings (see `estimate_view.proposal`)."""
+    from .estimate_view import proposal
+    return proposal(target_estimate(settings_text, settings_path))
 
 
 def config_dir() -> Path:
@@ -109,4 +129,5 @@ class Services:
     clear_detection_cache: Callable[[], Any] = clear_detection_cache
     clear_offload_cache: Callable[[str], Any] = clear_offload_cache
     estimate: Callable[[str, Path], str | None] = estimate_table
+    proposal: Callable[[str, Path | None], dict[str, Any]] = propose
     templates: Templates = field(default_factory=lambda: Templates(config_dir() / "deepspeed_templates"))

@@ -9,11 +9,12 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.widgets import Button, Label, Select, Static
+from textual.widgets import Button, Collapsible, Label, Select, Static
 
 from .fields import FieldRow, dom_id
 from .facts import describe_hardware
-from .model import STEPS, STRATEGIES, STEP_IDS, WizardState
+from .layout import STEPS, STRATEGIES, STEP_IDS, advanced_keys
+from .model import WizardState
 
 _INTRO = {
     "model": "What is trained: the model family, where its weights come from, full or LoRA.",
@@ -42,6 +43,9 @@ class StepPane(VerticalScroll):
         n = STEP_IDS.index(self.step_id) + 1
         yield Label(f"{n}. {self.step.title}", classes="step-title")
         yield Static(_INTRO.get(self.step_id, ""), classes="step-intro")
+        if self.step_id == "model":
+            yield Static("New file? [b]F10[/b]: quick start — model, GPUs, memory, machines; the wizard "
+                         "proposes the strategy that fits and lands on Review.", id="quick-hint", classes="panel")
         if self.step_id == "hardware":
             yield Static("Detected: detecting…", id="hw-facts", classes="panel", markup=False)
             yield Button("Use detected values (ctrl+y)", id="hw-apply", classes="inline-button", compact=True)
@@ -49,7 +53,8 @@ class StepPane(VerticalScroll):
             yield Label("Strategy", classes="field-label")
             yield Select([(text, key) for key, text in STRATEGIES.items()], value=self.state.strategy,
                          allow_blank=False, id="in-strategy", compact=True)
-            yield Static("", id="strategy-diags", classes="field-diags")
+            yield Static("", id="strategy-diags", classes="field-diags", markup=False)
+            yield Static("", id="strategy-strays", classes="panel", markup=False)
             yield Button("DeepSpeed builder… (F7)", id="open-builder", classes="inline-button", compact=True)
         if self.step_id == "precision":
             yield Static("", id="global-batch", classes="panel")
@@ -58,6 +63,15 @@ class StepPane(VerticalScroll):
             if key == "fsdp.transformer_layer_cls_to_wrap":
                 extra = Button("Detect blocks (F8)", id="open-blocks", classes="inline-button", compact=True)
             yield FieldRow(key, self.state.value(key), extra=extra)
+            if key == "training.lr_scheduler":
+                yield Static("", id="lr-schedule", classes="field-note", markup=False)
+        advanced = advanced_keys(self.step_id)
+        if advanced:
+            # Every other schema key of this step's sections (derived from the schema).
+            with Collapsible(title=f"Advanced ({len(advanced)} more settings)", collapsed=True,
+                             id=f"advanced-{self.step_id}"):
+                for key in advanced:
+                    yield FieldRow(key, self.state.value(key))
 
     def on_mount(self) -> None:
         self.sync()
@@ -65,7 +79,8 @@ class StepPane(VerticalScroll):
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.select.id == "in-strategy":
             event.stop()
-            self.post_message(self.StrategyChanged(str(event.value)))
+            if event.value != self.state.strategy:  # not the echo of mounting; ctrl+t repairs a mixed file
+                self.post_message(self.StrategyChanged(str(event.value)))
 
     def row(self, key: str) -> FieldRow | None:
         hits = self.query(f"#row-{dom_id(key)}")
@@ -79,6 +94,10 @@ class StepPane(VerticalScroll):
             if reload_values:
                 row.load(state.value(row.key))
             row.show_diagnostics(state.diagnostics_for(row.key))
+        for box in self.query(Collapsible):  # the Advanced part: only what applies now
+            shown = sum(1 for row in box.query(FieldRow) if row.display)
+            box.display = bool(shown)
+            box.title = f"Advanced ({shown} more settings)"
         if self.step_id == "sharding":
             select = self.query_one("#in-strategy", Select)
             if select.value != state.strategy:
@@ -90,9 +109,15 @@ class StepPane(VerticalScroll):
             box.display = bool(diags)
             box.set_class(any(d.severity == "error" for d in diags), "error")
             self.query_one("#open-builder").display = state.strategy == "deepspeed"
+            strays = state.stray_strategy_keys()
+            box = self.query_one("#strategy-strays", Static)
+            box.display = bool(strays)
+            box.update(f"Set for another strategy, unused under {STRATEGIES[state.strategy]}: {', '.join(strays)}.\n"
+                       "They stay in the file until removed: ctrl+t removes them." if strays else "")
         if self.step_id == "precision":
             total, formula = state.global_batch
             self.query_one("#global-batch", Static).update(f"Global batch: {total}  ({formula})")
+            self.query_one("#lr-schedule", Static).update(state.lr_schedule())
         if self.step_id == "hardware":
             self.show_hardware()
 

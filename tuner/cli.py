@@ -45,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("schema", help="print the settings JSON Schema, or one key's documentation")
     p.add_argument("key", nargs="?", help="a canonical key or alias")
 
-    p = sub.add_parser("wizard", help="open the terminal wizard (the default with no command)")
+    from tuner.tui.keys import keys_text  # plain Python: no Textual import
+    p = sub.add_parser("wizard", help="open the terminal wizard (the default with no command)",
+                       epilog=keys_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("settings", type=Path, nargs="?", default=None)
 
     p = sub.add_parser("run", help="train from a build directory or settings file on real ranks")

@@ -179,8 +179,8 @@ async def test_review_lists_diagnostics_and_jumps_to_the_field(tmp_path, _wizard
         options = app.screen.query_one("#diagnostics")
         first = str(options.get_option_at_index(0).prompt)
         assert "[hardware.num_processes]" in first or "[hardware.main_process_ip]" in first
-        options.focus()
-        options.highlighted = 0
+        options.focus()  # defect 12: Enter jumps at once, without moving the list first
+        await pilot.pause()
         await pilot.press("enter")
         await pilot.pause()
         assert current(app) == "hardware"
@@ -188,7 +188,7 @@ async def test_review_lists_diagnostics_and_jumps_to_the_field(tmp_path, _wizard
         await pilot.press("ctrl+s")  # refused: there are errors
         await pilot.pause()
         assert not (_wizard_env / "settings.toml").exists()
-        await pilot.press("ctrl+r")  # a draft is saved anyway
+        await pilot.press("ctrl+r")  # a draft is saved anyway, beside the settings (defect 7)
         await pilot.pause()
-    assert (_wizard_env / "settings.toml").exists()
-    assert not compile_file(_wizard_env / "settings.toml").ok
+    assert not (_wizard_env / "settings.toml").exists()
+    assert not compile_file(_wizard_env / "settings.draft.toml").ok

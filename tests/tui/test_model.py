@@ -90,14 +90,18 @@ def test_context_parallel_only_on_cuda(tmp_path):
     assert state.visible("context_parallel.size")
 
 
-def test_save_refused_with_errors_unless_draft(tmp_path):
-    state = WizardState(tmp_path / "settings.toml")
+def test_save_refused_with_errors_and_a_draft_never_replaces_the_settings(tmp_path):
+    """Defect 7: a draft goes beside the file that CI compiles, never over it."""
+    good = "[model]\npath = \"builtin:tiny-llama\"\n"
+    (tmp_path / "settings.toml").write_text(good)
+    state = WizardState.open(tmp_path / "settings.toml")
     state.set("hardware.num_machines", 2)
     with pytest.raises(SaveRefused):
         state.save()
-    assert not state.path.exists()
-    state.save(draft=True)
-    assert state.path.exists() and not state.dirty
+    draft = state.save_draft()
+    assert draft == tmp_path / "settings.draft.toml" and "num_machines = 2" in draft.read_text()
+    assert (tmp_path / "settings.toml").read_text() == good  # untouched
+    assert state.dirty  # the edits are still unsaved
 
 
 def test_revalidation_is_fast(tmp_path):

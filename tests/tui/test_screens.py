@@ -153,6 +153,8 @@ async def test_hardware_detection_runs_after_first_paint(tmp_path, _wizard_env):
         await pilot.pause()
         assert app.first_paint_at is not None
         assert "NVIDIA H100" in str(app.screen.query_one("#hw-facts").render())
+        # issue 12, defect 10: a new file on bf16-capable CUDA GPUs defaults to bf16
+        assert app.state.value("training.mixed_precision") == "bf16"
 
 
 def test_no_color_is_respected(monkeypatch, tmp_path, _wizard_env):
@@ -195,4 +197,4 @@ async def test_review_shows_the_real_memory_estimate(tmp_path, _wizard_env):
         await pilot.press("f6")
         await pilot.pause()
         table = str(app.screen.query_one("#estimate").render())
-        assert "FSDP2 (chosen)" in table and "per GPU" in table
+        assert "> FSDP2 " in table and "per GPU" in table  # ">" marks the chosen strategy

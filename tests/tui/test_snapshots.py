@@ -59,3 +59,21 @@ def test_maintenance(snap_compare, _wizard_env, tmp_path):
     """The person opens the settings screen (F9) for cache maintenance."""
     app = make_app(_wizard_env / "settings.toml", tmp_path=tmp_path)
     assert snap_compare(app, press=["f9"], terminal_size=(80, 24))
+
+
+def test_quick_start(snap_compare, _wizard_env, tmp_path):
+    """A new user presses F10 on the first screen: four answers and the proposed strategy."""
+    app = make_app(_wizard_env / "settings.toml", tmp_path=tmp_path)
+    assert snap_compare(app, press=["f10"], terminal_size=(80, 24))
+
+
+def test_help(snap_compare, _wizard_env, tmp_path):
+    """The person presses ? for every key and the searchable settings reference."""
+    app = make_app(_wizard_env / "settings.toml", tmp_path=tmp_path)
+    assert snap_compare(app, press=["question_mark", *"seed"], terminal_size=(80, 24))
+
+
+def test_too_small(snap_compare, _wizard_env, tmp_path):
+    """A terminal below 60x16 says so instead of drawing (and crashing) the form."""
+    app = make_app(_wizard_env / "settings.toml", tmp_path=tmp_path)
+    assert snap_compare(app, terminal_size=(30, 8))

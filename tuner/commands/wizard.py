@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-EXIT_USAGE = 2
+from tuner.compiler.diagnostics import EXIT_INTERNAL, EXIT_USAGE
 
 
 class OpenError(Exception):
@@ -46,4 +46,16 @@ def run(args) -> int:
         code = app.run()
     except KeyboardInterrupt:
         return 130
+    return finish(app, code)
+
+
+def finish(app, code) -> int:
+    """The exit status: a crash (Textual printed the traceback) is EXIT_INTERNAL, never 0,
+    and names the file that holds the unsaved edits."""
+    if app.return_code:  # Textual sets 1 when an exception ended the app
+        where = app.write_recovery()
+        print("tuner wizard: internal error (the traceback is above). "
+              + (f"Your unsaved edits are in {where}." if where else "There were no unsaved edits."),
+              file=sys.stderr)
+        return EXIT_INTERNAL
     return int(code or 0)

@@ -1,0 +1,77 @@
+"""The memory estimate as the wizard shows it, and the quick start's proposal.
+
+Plain Python, no Textual. The numbers are `tuner.compiler.estimate`'s; this module only
+lays them out narrowly enough for 80 columns (strategy, per GPU, per host, fits) and maps
+the estimator's recommendation (the cheapest strategy that fits: the lowest ZeRO stage
+before FSDP before offload) onto settings keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tuner.compiler.block_cache import human_count
+
+GIB = 1024**3
+
+#: The estimator's strategy names -> the wizard's strategy and the settings it needs.
+#: In the estimator's order (cheapest first). NVMe offload is not proposed: it needs a
+#: path only the person knows.
+PROPOSALS: dict[str, dict[str, Any]] = {
+    "ddp": {"strategy": "ddp"},
+    "zero1": {"strategy": "deepspeed", "deepspeed.zero_stage": 1},
+    "zero2": {"strategy": "deepspeed", "deepspeed.zero_stage": 2},
+    "fsdp2": {"strategy": "fsdp2"},
+    "zero3": {"strategy": "deepspeed", "deepspeed.zero_stage": 3},
+    "zero2+offload": {"strategy": "deepspeed", "deepspeed.zero_stage": 2, "deepspeed.offload_optimizer": "cpu"},
+    "fsdp2+offload": {"strategy": "fsdp2", "fsdp.offload_params": True},
+    "zero3+offload": {"strategy": "deepspeed", "deepspeed.zero_stage": 3, "deepspeed.offload_optimizer": "cpu",
+                      "deepspeed.offload_param": "cpu"},
+}
+
+
+def _g(n: int) -> str:
+    return "-" if not n else f"{n / GIB:.1f}"
+
+
+def compact_table(est: Any) -> str:
+    """The estimate in about 60 columns: every strategy's per-GPU figure and verdict."""
+    if est.model is None or est.chosen is None:
+        return "memory estimate unavailable: " + est.source
+    lines = [f"model: {human_count(est.model.parameters)} parameters ({est.source})"]
+    gpu = f"{est.gpu_capacity / GIB:.1f} GiB" if est.gpu_capacity else "unknown (Hardware: GPU memory GiB)"
+    host = f"{est.host_capacity / GIB:.1f} GiB" if est.host_capacity else "unknown (Hardware: host memory GiB)"
+    lines.append(f"target GPU: {gpu} · target host RAM: {host}")
+    lines.append(f"  {'strategy':<22}{'per GPU':>8}{'host':>8}  fits")
+    rows = [est.chosen] + [r for r in est.rows if r.name != est.chosen.name]
+    starred = False
+    for r in rows:
+        flags = [f for f in (r.fits_gpu, r.fits_host) if f is not None]
+        fits = "?" if not flags else ("yes" if all(flags) else "NO")
+        if fits == "yes" and r.fits_host is None and r.platform != "cpu":
+            fits, starred = "yes*", True  # the GPU fits; the host was not checked
+        mark = ">" if r is est.chosen else " "
+        lines.append(f"{mark} {r.label[:22]:<22}{_g(r.per_gpu or r.device.total):>8}{_g(r.per_host):>8}  {fits}")
+    lines.append("GiB per rank (host: per machine) · > the chosen one")
+    if starred:
+        lines.append("* GPU memory only: state the target's host RAM on the Hardware step")
+    lines += [f"note: {n}" for n in est.notes]
+    return "\n".join(lines)
+
+
+def proposal(est: Any) -> dict[str, Any]:
+    """{"name", "label", "per_gpu", "edits", "why"} for the cheapest strategy that fits."""
+    if est is None or est.model is None:
+        why = est.source if est is not None else "the settings do not compile yet"
+        return {"name": None, "label": None, "per_gpu": 0, "edits": {}, "why": f"no estimate: {why}"}
+    for name in PROPOSALS:
+        r = est.row(name)
+        if r is None:
+            continue
+        flags = [f for f in (r.fits_gpu, r.fits_host) if f is not None]
+        if flags and all(flags):
+            return {"name": name, "label": r.label, "per_gpu": r.per_gpu or r.device.total,
+                    "edits": dict(PROPOSALS[name]), "why": f"fits: {(r.per_gpu or r.device.total) / GIB:.1f} GiB per GPU"
+                    + (f" of {est.gpu_capacity / GIB:.0f}" if est.gpu_capacity else "")}
+    return {"name": None, "label": None, "per_gpu": 0, "edits": {},
+            "why": "nothing fits the stated GPU memory (more GPUs, LoRA, or NVMe offload in the builder)"}
