@@ -52,7 +52,7 @@ DS_YAML_KEYS = {
 }
 # Keys that carry no decision, or that tuner always writes itself.
 IGNORED = {
-    "compute_environment", "debug", "distributed_type", "downcast_bf16", "main_training_function",
+    "compute_environment", "distributed_type", "downcast_bf16", "main_training_function",
     "tpu_env", "tpu_use_cluster", "tpu_use_sudo", "use_cpu", "enable_cpu_affinity", "gpu_ids",
     "fsdp_config", "deepspeed_config", "parallelism_config", "dynamo_config",
 }
@@ -128,7 +128,7 @@ def read(data: dict[str, Any], path: Path, out: Imported) -> None:
     if isinstance(dyn, dict) and dyn.get("dynamo_backend") not in (None, "NO", "no"):
         out.set("accelerate.dynamo_backend", str(dyn["dynamo_backend"]).lower(), src)
     for key, value in data.items():
-        if key not in TOP and key not in IGNORED and value not in (None, [], {}):
+        if key not in TOP and key not in IGNORED and value not in (None, [], {}, False):
             out.unmodelled[key] = value
     if out.unmodelled:
         out.set("accelerate.base", str(path.resolve()), src)
