@@ -107,7 +107,8 @@ def read(data: dict[str, Any], path: Path, out: Imported) -> None:
         _fsdp(data["fsdp_config"], src, out)
     ds = data.get("deepspeed_config") or {}
     if dtype == "DEEPSPEED" and isinstance(ds, dict):
-        for key, value in ds.items():
+        # the YAML's own flags first, so that the JSON only fills what they leave unset
+        for key, value in sorted(ds.items(), key=lambda kv: kv[0] == "deepspeed_config_file"):
             if key in DS_YAML_KEYS:
                 out.set(DS_YAML_KEYS[key], value, src)
             elif key == "deepspeed_config_file":

@@ -45,15 +45,23 @@ def read(data: dict[str, Any], path: Path, out: Imported, world_known: bool = Fa
     out.set("deepspeed.config", data, src)
     if "hardware.platform" not in out.values:
         out.set("hardware.platform", "cuda", src)  # DeepSpeed's target; tuner refuses it on MPS/ROCm
+    zero = data.get("zero_optimization")
+    if isinstance(zero, dict) and str(zero.get("stage")) == "3":
+        # accelerate's DeepSpeedPlugin (and the HF Trainer) build the model under zero.Init
+        # for a stage-3 config unless told otherwise.
+        out.default("deepspeed.zero3_init", True, src,
+                    "stage 3 with no zero3_init_flag: accelerate initialises the model sharded (zero.Init); kept")
     micro, accum, total = (_int(data.get(k)) for k in ("train_micro_batch_size_per_gpu",
                                                         "gradient_accumulation_steps", "train_batch_size"))
     if world_known or "hardware.num_processes" in out.values:
         return
+    if micro and total and not accum and data.get("gradient_accumulation_steps") in (None, "auto"):
+        accum = 1  # accelerate's DeepSpeedPlugin fills an unset or "auto" accumulation with 1
     if micro and accum and total and total % (micro * accum) == 0:
         world = total // (micro * accum)
         out.set("hardware.num_processes", world, src)
         out.remarks.append(f"{src}: num_processes {world} inferred from train_batch_size {total} / "
-                           f"(micro {micro} x accumulation {accum})")
+                           f"(micro {micro} x accumulation {accum}), the only world size DeepSpeed accepts")
     elif total and (micro or accum):
         out.remarks.append(f"{src}: train_batch_size {total} fixes micro x accumulation x world, but the file does "
                            "not say the world size: set hardware.num_processes to the number of GPUs you launch on "

@@ -137,16 +137,19 @@ def accelerate_filled(plugin, world: int, mixed_precision: str | None = None) ->
     import copy
 
     plugin = copy.deepcopy(plugin)
-    if mixed_precision:
-        plugin.set_mixed_precision(mixed_precision)
+    plugin.set_mixed_precision(mixed_precision or "no")  # what Accelerator() does with the env's value
     h = SCRIPT["hidden_size"]
     accum = plugin.get_value("gradient_accumulation_steps")
     accum = accum if isinstance(accum, int) else 1
+    micro = plugin.get_value("train_micro_batch_size_per_gpu")
+    total = plugin.get_value("train_batch_size")
+    if not isinstance(micro, int):  # the script's dataloader; sized to a fixed global batch if there is one
+        micro = total // (accum * world) if isinstance(total, int) and total % (accum * world) == 0 else SCRIPT["micro_batch"]
     kwargs = {
         "gradient_clipping": 1.0,
         "zero_optimization.stage3_gather_16bit_weights_on_model_save": False,
-        "train_micro_batch_size_per_gpu": SCRIPT["micro_batch"],
-        "train_batch_size": SCRIPT["micro_batch"] * accum * world,
+        "train_micro_batch_size_per_gpu": micro,
+        "train_batch_size": micro * accum * world,
         "zero_optimization.reduce_bucket_size": h * h,
         "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * h * h),
         "zero_optimization.stage3_param_persistence_threshold": 10 * h,
@@ -154,6 +157,10 @@ def accelerate_filled(plugin, world: int, mixed_precision: str | None = None) ->
         "scheduler.params.warmup_min_lr": 0, "scheduler.params.warmup_max_lr": SCRIPT["lr"],
         "scheduler.params.warmup_num_steps": SCRIPT["warmup"],
         "scheduler.params.total_num_steps": -(-SCRIPT["total_steps"] // world),
+        # what the HF Trainer (trl, LLaMA-Factory, axolotl) also fills from TrainingArguments'
+        # defaults; accelerate alone refuses these "auto"s, so configs written for the Trainer
+        # are judged as the Trainer runs them
+        "optimizer.params.betas": [0.9, 0.999], "optimizer.params.eps": 1e-8,
     }
     if accum == 1 and plugin.get_value("gradient_accumulation_steps") == "auto":
         kwargs["gradient_accumulation_steps"] = 1
