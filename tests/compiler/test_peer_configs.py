@@ -236,6 +236,17 @@ def test_deepspeed_json_imports_to_the_same_effective_config(path, tmp_path, mon
     assert equivalence_problems(theirs, ours, relaxed) == [], text
 
 
+AXOLOTL = sorted((PEER_CONFIGS / "axolotl/fsdp_examples").glob("*.y*ml"))
+
+
+@pytest.mark.parametrize("path", AXOLOTL, ids=_ids(AXOLOTL))
+def test_axolotl_training_configs_are_refused_not_guessed(path):
+    """axolotl's own format (trainer arguments plus base_model, datasets...) is none of the
+    formats tuner reads: refused with the list of formats, never imported as a default run."""
+    with pytest.raises(ImportRefused, match="not a format tuner knows"):
+        import_files([path])
+
+
 def test_forbidden_keys_never_sit_beside_a_deepspeed_file(tmp_path):
     path = PEER_CONFIGS / "accelerate/config_yaml_templates/deepspeed.yaml"
     result = compile_text(f"base = '{path}'\n[deepspeed]\nenabled = true\ngradient_clipping = 0.5\n", path=tmp_path / "s.toml")
