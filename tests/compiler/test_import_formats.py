@@ -227,3 +227,16 @@ def test_fsdp_v1_config_imports_on_a_machine_without_gpus(tmp_path):
     proc = run_tuner("import", str(src), "-o", str(out), env={"TUNER_PLATFORM": "cpu"})
     assert proc.returncode == 0, proc.stderr
     assert 'platform = "cuda"' in out.read_text()
+
+
+def test_hf_trainer_json_naming_its_deepspeed_file(tmp_path):
+    """`deepspeed` as a path (how trl/TRL CLIs save it) is read relative to the JSON."""
+    (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 2}, "train_batch_size": "auto",
+                                                  "train_micro_batch_size_per_gpu": "auto"}))
+    args = json.loads((DATA / "formats/hf_trainer_deepspeed.json").read_text())
+    args["deepspeed"] = "ds.json"
+    src = tmp_path / "args.json"
+    src.write_text(json.dumps(args))
+    _, _, result, cfg = _compile([src], tmp_path)
+    assert result.plan.strategy == "zero2" and cfg["distributed_type"] == "DEEPSPEED"
+    assert result.settings.deepspeed.config["train_batch_size"] == "auto"
