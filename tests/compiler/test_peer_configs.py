@@ -34,7 +34,9 @@ if not PEER_CONFIGS.is_dir():  # pragma: no cover - shared/ is beside every chec
     pytest.skip("../shared/peer-configs is not present", allow_module_level=True)
 
 DATA = REPO / "tests" / "compiler" / "data"
-YAMLS = sorted(p for p in PEER_CONFIGS.rglob("*.y*ml") if "axolotl" not in p.parts) + sorted((DATA / "trl").glob("*.yaml"))
+YAMLS = (sorted(p for p in PEER_CONFIGS.rglob("*.y*ml") if "axolotl" not in p.parts) + sorted((DATA / "trl").glob("*.yaml"))
+         # an accelerate config written as JSON, and `distributed_type: NO` with 8 processes (constructed)
+         + [DATA / "formats/accelerate_config.json", DATA / "formats/accelerate_no_8.yaml"])
 JSONS = sorted(PEER_CONFIGS.rglob("*.json"))
 
 #: Reviewed refusals: file -> the reason `tuner import` must give (exit 1, nothing written).
