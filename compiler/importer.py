@@ -71,6 +71,11 @@ def to_toml(imp: Imported) -> str:
 
     idx = index()
     values = _canonical_spellings(imp.values)
+    for path in ("training.optimizer", "model.family", "training.lr_scheduler"):
+        # another trainer's vocabulary mapped onto tuner's: say so (e.g. SimpleTuner's adamw_bf16)
+        if path in values and isinstance(imp.values[path], str) and values[path] != imp.values[path]:
+            imp.remarks.append(f"{path}: {imp.values[path]!r} is written as {values[path]!r} "
+                               "(what tuner compiles and trains with)")
     doc = tomlkit.document()
     doc.add(tomlkit.comment(f"Imported by `tuner import` from {', '.join(imp.sources)}."))
     for remark in imp.remarks:

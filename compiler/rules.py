@@ -79,7 +79,8 @@ def check(n: Normalised, diags: Diagnostics) -> tuple[Settings, Plan]:
 
     if s.model.family not in TRAINED_FAMILIES:
         diags.note("model.family", f"tuner run cannot train model family {s.model.family!r} (it trains "
-                   f"{', '.join(TRAINED_FAMILIES)}); the artefacts are for your own trainer (tuner launch, accelerate launch)")
+                   f"{', '.join(TRAINED_FAMILIES)}); the artefacts are for your own trainer "
+                   "(accelerate launch --config_file BUILD/accelerate.yaml SCRIPT)")
     if s.training.max_steps == 0 and s.training.num_epochs == 0:
         diags.error("training.num_epochs", "both training.max_steps and training.num_epochs are 0: nothing would train",
                     "set max_steps (max_train_steps) or num_epochs")

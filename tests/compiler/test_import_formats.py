@@ -240,3 +240,10 @@ def test_hf_trainer_json_naming_its_deepspeed_file(tmp_path):
     _, _, result, cfg = _compile([src], tmp_path)
     assert result.plan.strategy == "zero2" and cfg["distributed_type"] == "DEEPSPEED"
     assert result.settings.deepspeed.config["train_batch_size"] == "auto"
+
+
+def test_another_trainers_optimizer_name_is_mapped_with_a_note():
+    imported = import_files([DATA / "simpletuner/config.json.example"])
+    text = to_toml(imported)
+    assert 'optimizer = "adamw"' in text
+    assert any("'adamw_bf16' is written as 'adamw'" in r for r in imported.remarks)
