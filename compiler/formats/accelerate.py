@@ -177,7 +177,6 @@ def _parallelism(pc: Any, src: str, out: Imported) -> None:
         out.set("hardware.platform", "cuda", src)
         if pc.get("parallelism_config_cp_comm_strategy"):
             out.set("context_parallel.comm_strategy", pc["parallelism_config_cp_comm_strategy"], src)
-    if isinstance(cp, int) and cp > 1:
         # tuner writes the CP block (dp_shard from the process count); other keys are kept.
         rest = {k: v for k, v in pc.items() if k not in CP_KEYS and not (
             k == "parallelism_config_dp_shard_size" or (k.endswith(("_dp_replicate_size", "_tp_size")) and v == 1))}
