@@ -61,6 +61,10 @@ def fsdp_block(s: Settings) -> dict[str, Any]:
         block["fsdp_use_orig_params"] = True
         block["fsdp_backward_prefetch"] = "BACKWARD_PRE"
         block["fsdp_forward_prefetch"] = False
+    # Set explicitly (an imported config's own choice): written as given, for either version.
+    for key in ("forward_prefetch", "backward_prefetch", "use_orig_params", "sync_module_states"):
+        if getattr(f, key) is not None:
+            block[f"fsdp_{key}"] = getattr(f, key)
     if policy == "TRANSFORMER_BASED_WRAP" and f.transformer_layer_cls_to_wrap:
         block["fsdp_transformer_layer_cls_to_wrap"] = ",".join(f.transformer_layer_cls_to_wrap)
     if policy == "SIZE_BASED_WRAP":
@@ -76,7 +80,7 @@ def accelerate_config(s: Settings, plan: Plan, deepspeed_path: Path | None) -> d
         "distributed_type": plan.distributed_type,
         "downcast_bf16": "no",
         "enable_cpu_affinity": False,
-        "gpu_ids": "all",
+        "gpu_ids": hw.gpu_ids,
         "machine_rank": hw.machine_rank,
         "main_process_port": hw.main_process_port,
         "main_training_function": "main",
@@ -104,7 +108,7 @@ def accelerate_config(s: Settings, plan: Plan, deepspeed_path: Path | None) -> d
             cfg["deepspeed_config"]["deepspeed_multinode_launcher"] = "standard"
     elif plan.uses_fsdp:
         cfg["fsdp_config"] = fsdp_block(s)
-        if s.context_parallel.size > 1:
+        if s.context_parallel.size > 1 and not s.context_parallel.standalone:
             cfg["parallelism_config"] = {
                 "parallelism_config_cp_size": s.context_parallel.size,
                 "parallelism_config_cp_comm_strategy": s.context_parallel.comm_strategy,
@@ -112,6 +116,10 @@ def accelerate_config(s: Settings, plan: Plan, deepspeed_path: Path | None) -> d
                 "parallelism_config_dp_shard_size": plan.data_parallel_size,
                 "parallelism_config_tp_size": 1,
             }
+    if s.accelerate.parallelism_config:
+        # Other mesh dimensions (tensor, sequence parallelism, HSDP) as the settings give them;
+        # the CP keys above come from context_parallel.* and win.
+        cfg["parallelism_config"] = {**s.accelerate.parallelism_config, **cfg.get("parallelism_config", {})}
     return cfg
 
 

@@ -1,89 +1,35 @@
-"""`tuner import`: existing accelerate YAML, DeepSpeed JSON or flat configs -> settings.
+"""`tuner import`: foreign configs -> canonical settings.toml.
 
-Each reader turns one foreign file into canonical settings values (``{"fsdp.version": 2}``)
-plus remarks. Keys tuner does not model are never dropped silently: for an accelerate YAML
-the source file becomes ``accelerate.base`` so they survive the next compile; for a flat
-config they are listed as comments in the written file.
+`formats.detect` recognises each file by its structure (accelerate, DeepSpeed, SimpleTuner
+flat or WebUI, HF Trainer, ms-swift) and its reader turns it into canonical settings values
+(``{"fsdp.version": 2}``) plus remarks. Nothing is dropped silently: an accelerate YAML's
+unmodelled keys survive through ``accelerate.base``; other files' keys that are not about
+distributed training are named in one note and listed as comments in the written file.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .formats import FORMATS, READERS, detect, unrecognised_message
+from .formats.base import Imported, ImportError_, ImportRefused
 from .schema import index
 
-# accelerate YAML top-level keys tuner models, and where they go.
-_ACCEL_TOP = {
-    "num_processes": "hardware.num_processes",
-    "num_machines": "hardware.num_machines",
-    "machine_rank": "hardware.machine_rank",
-    "main_process_ip": "hardware.main_process_ip",
-    "main_process_port": "hardware.main_process_port",
-    "rdzv_backend": "hardware.rdzv_backend",
-    "same_network": "hardware.same_network",
-    "mixed_precision": "training.mixed_precision",
-}
-_FSDP_KEYS = {
-    "fsdp_version": "fsdp.version",
-    "fsdp_auto_wrap_policy": "fsdp.auto_wrap_policy",
-    "fsdp_transformer_layer_cls_to_wrap": "fsdp.transformer_layer_cls_to_wrap",
-    "fsdp_state_dict_type": "checkpoint.state_dict_type",
-    "fsdp_cpu_ram_efficient_loading": "fsdp.cpu_ram_efficient_loading",
-    "fsdp_offload_params": "fsdp.offload_params",
-    "fsdp_activation_checkpointing": "fsdp.activation_checkpointing",
-    "fsdp_min_num_params": "fsdp.min_num_params",
-    "fsdp_sharding_strategy": "fsdp.sharding_strategy",
-}
-_DS_YAML_KEYS = {
-    "zero_stage": "deepspeed.zero_stage",
-    "offload_optimizer_device": "deepspeed.offload_optimizer",
-    "offload_param_device": "deepspeed.offload_param",
-    "offload_param_nvme_path": "deepspeed.nvme_path",
-    "offload_optimizer_nvme_path": "deepspeed.nvme_path",
-    "gradient_accumulation_steps": "training.gradient_accumulation_steps",
-    "gradient_clipping": "deepspeed.gradient_clipping",
-    "zero3_init_flag": "deepspeed.zero3_init",
-    "zero3_save_16bit_model": "deepspeed.gather_16bit_weights_on_model_save",
-}
-# Keys accelerate writes that carry no decision (or that tuner always writes itself).
-_ACCEL_IGNORED = {
-    "compute_environment", "debug", "distributed_type", "downcast_bf16", "main_training_function",
-    "tpu_env", "tpu_use_cluster", "tpu_use_sudo", "use_cpu", "enable_cpu_affinity", "gpu_ids",
-    "fsdp_config", "deepspeed_config", "parallelism_config", "dynamo_config",
-}
-_FSDP_IGNORED = {"fsdp_sync_module_states", "fsdp_use_orig_params", "fsdp_backward_prefetch",
-                 "fsdp_forward_prefetch", "fsdp_reshard_after_forward"}
-_DS_MARKERS = {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu", "optimizer",
-               "scheduler", "fp16", "bf16", "gradient_accumulation_steps", "zero_allow_untested_optimizer"}
+__all__ = ["FORMATS", "Imported", "ImportError_", "ImportRefused", "import_files", "load", "to_toml"]
 
 
-class ImportError_(Exception):
-    """A source cannot be read or recognised."""
-
-
-@dataclass
-class Imported:
-    values: dict[str, Any] = field(default_factory=dict)
-    remarks: list[str] = field(default_factory=list)
-    unmodelled: dict[str, Any] = field(default_factory=dict)
-    sources: list[str] = field(default_factory=list)
-
-    def set(self, path: str, value: Any, source: str) -> None:
-        if path in self.values and self.values[path] != value:
-            self.remarks.append(f"{path}: {self.values[path]!r} replaced by {value!r} from {source}")
-        self.values[path] = value
-
-
-def _load(path: Path) -> Any:
+def load(path: Path) -> Any:
+    """A source file parsed by its suffix (.yaml/.yml, .toml, otherwise JSON)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ImportError_(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # undecodable bytes
+        raise ImportError_(f"cannot read {path}: {exc}") from None
     try:
         if path.suffix in (".yaml", ".yml"):
             return yaml.safe_load(text)
@@ -96,139 +42,27 @@ def _load(path: Path) -> Any:
 
 
 def import_files(paths: list[Path]) -> Imported:
+    """Read each source, recognise its format by structure, and merge what it says.
+
+    Raises ImportError_ (unreadable) or ImportRefused (unrecognised, or a choice tuner has
+    no equivalent for): nothing is imported then.
+    """
     out = Imported()
     for path in paths:
-        data = _load(path)
+        data = load(path)
         if not isinstance(data, dict):
-            raise ImportError_(f"{path}: expected a mapping at top level")
+            raise ImportRefused(f"{path}: expected a mapping at top level, not {type(data).__name__}; "
+                                + unrecognised_message(path.name).split(". ", 1)[1])
+        fmt = detect(data)
+        if fmt is None:
+            raise ImportRefused(unrecognised_message(str(path)))
         out.sources.append(str(path))
-        if path.suffix in (".yaml", ".yml") and ("distributed_type" in data or "compute_environment" in data):
-            _from_accelerate(data, path, out)
-        elif _DS_MARKERS & set(data):
-            _from_deepspeed(data, path, out)
-        else:
-            _from_flat(data, path, out)
+        out.formats.append(fmt)
+        READERS[fmt](data, path, out)
+    for src, keys in out.not_distributed.items():
+        out.remarks.append(f"{src}: {len(keys)} key(s) not about distributed training, not imported "
+                           f"(listed at the end of the file): {', '.join(sorted(keys))}")
     return out
-
-
-def _from_accelerate(data: dict[str, Any], path: Path, out: Imported) -> None:
-    src = path.name
-    dtype = str(data.get("distributed_type", "NO"))
-    if dtype in ("False", "NO"):
-        dtype = "NO"  # YAML 1.1 reads a bare NO as false
-    if dtype == "FSDP":
-        out.set("fsdp.enabled", True, src)
-    elif dtype == "DEEPSPEED":
-        out.set("deepspeed.enabled", True, src)
-    elif dtype not in ("NO", "MULTI_GPU", "MULTI_CPU"):
-        out.remarks.append(f"{src}: distributed_type {dtype} has no tuner strategy; kept through accelerate.base")
-    if data.get("use_cpu") is True or dtype == "MULTI_CPU":
-        out.set("hardware.platform", "cpu", src)
-    for key, target in _ACCEL_TOP.items():
-        if data.get(key) is not None:
-            value = data[key]
-            if key == "num_processes" and value == -1:
-                continue
-            out.set(target, value, src)
-    fsdp = data.get("fsdp_config") or {}
-    if dtype == "FSDP" and isinstance(fsdp, dict):
-        for key, value in fsdp.items():
-            if key in _FSDP_KEYS:
-                out.set(_FSDP_KEYS[key], value, src)
-            elif key == "fsdp_reshard_after_forward":
-                if isinstance(value, bool):
-                    out.set("fsdp.reshard_after_forward", value, src)
-                else:  # FSDP v1 spells it as a sharding strategy
-                    out.set("fsdp.sharding_strategy", str(value).lower(), src)
-                    out.set("fsdp.reshard_after_forward", str(value).upper() in ("FULL_SHARD", "HYBRID_SHARD"), src)
-            elif key not in _FSDP_IGNORED:
-                out.unmodelled[f"fsdp_config.{key}"] = value
-        if "fsdp_version" not in fsdp:
-            # accelerate's own default when the YAML does not say: FSDP v1.
-            out.set("fsdp.version", 1, src)
-            out.remarks.append(f"{src}: no fsdp_version, so accelerate would use FSDP v1; imported as version 1")
-    ds = data.get("deepspeed_config") or {}
-    if dtype == "DEEPSPEED" and isinstance(ds, dict):
-        for key, value in ds.items():
-            if key in _DS_YAML_KEYS:
-                out.set(_DS_YAML_KEYS[key], value, src)
-            elif key == "deepspeed_config_file":
-                found = _find_relative(Path(str(value)), path)
-                if found is None:
-                    out.remarks.append(f"{src}: deepspeed_config_file {value} not found next to {path.parent}; "
-                                       "pass it as another source: tuner import YAML JSON")
-                else:
-                    _from_deepspeed(_load(found), found, out)
-            elif key == "deepspeed_multinode_launcher":
-                continue
-            else:
-                out.unmodelled[f"deepspeed_config.{key}"] = value
-    pc = data.get("parallelism_config") or {}
-    if isinstance(pc, dict) and pc:
-        cp = pc.get("parallelism_config_cp_size", 1)
-        if cp and cp > 1:
-            out.set("context_parallel.size", cp, src)
-            out.set("hardware.platform", "cuda", src)
-        if pc.get("parallelism_config_cp_comm_strategy"):
-            out.set("context_parallel.comm_strategy", pc["parallelism_config_cp_comm_strategy"], src)
-        for key in ("parallelism_config_tp_size", "parallelism_config_dp_replicate_size"):
-            if pc.get(key, 1) != 1:
-                out.unmodelled[f"parallelism_config.{key}"] = pc[key]
-    dyn = data.get("dynamo_config") or {}
-    if isinstance(dyn, dict) and dyn.get("dynamo_backend") not in (None, "NO", "no"):
-        out.set("accelerate.dynamo_backend", str(dyn["dynamo_backend"]).lower(), src)
-    for key, value in data.items():
-        if key not in _ACCEL_TOP and key not in _ACCEL_IGNORED and value not in (None, [], {}):
-            out.unmodelled[key] = value
-    local = str(data.get("compute_environment", "LOCAL_MACHINE")) == "LOCAL_MACHINE"
-    if out.unmodelled and not local:
-        out.remarks.append(f"{src}: a {data['compute_environment']} config; its keys "
-                           f"({', '.join(sorted(out.unmodelled))}) have no local-machine meaning and are listed below")
-    elif out.unmodelled:
-        out.set("accelerate.base", str(path.resolve()), src)
-        out.remarks.append(f"{src}: keys tuner does not model ({', '.join(sorted(out.unmodelled))}) survive "
-                           "through accelerate.base")
-
-
-def _find_relative(candidate: Path, yaml_path: Path) -> Path | None:
-    if candidate.is_absolute():
-        return candidate if candidate.is_file() else None
-    for base in [yaml_path.parent, *yaml_path.parent.parents][:4]:
-        if (base / candidate).is_file():
-            return (base / candidate).resolve()
-    return None
-
-
-def _from_deepspeed(data: dict[str, Any], path: Path, out: Imported) -> None:
-    out.set("deepspeed.enabled", True, path.name)
-    out.set("deepspeed.config", data, path.name)
-    micro, accum, total = (data.get(k) for k in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                                                  "train_batch_size"))
-    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (micro, accum, total)):
-        if total % (micro * accum) == 0 and "hardware.num_processes" not in out.values:
-            out.set("hardware.num_processes", total // (micro * accum), path.name)
-            out.remarks.append(f"{path.name}: num_processes {total // (micro * accum)} inferred from "
-                               f"train_batch_size {total} / (micro {micro} x accumulation {accum})")
-
-
-def _from_flat(data: dict[str, Any], path: Path, out: Imported) -> None:
-    idx = index()
-    for raw_key, value in data.items():
-        key = raw_key.lstrip("-").strip()
-        if key in idx.aliases:
-            out.set(idx.aliases[key], value, path.name)
-        elif key in idx.keys:
-            out.set(key, value, path.name)
-        elif key in idx.sections and isinstance(value, dict):
-            for sub, subvalue in value.items():
-                if f"{key}.{sub}" in idx.keys:
-                    out.set(f"{key}.{sub}", subvalue, path.name)
-                else:
-                    out.unmodelled[f"{key}.{sub}"] = subvalue
-        else:
-            out.unmodelled[key] = value
-    if out.unmodelled:
-        out.remarks.append(f"{path.name}: {len(out.unmodelled)} key(s) tuner does not use are listed as comments")
 
 
 def to_toml(imp: Imported) -> str:
@@ -237,12 +71,17 @@ def to_toml(imp: Imported) -> str:
 
     idx = index()
     values = _canonical_spellings(imp.values)
+    for path in ("training.optimizer", "model.family", "training.lr_scheduler"):
+        # another trainer's vocabulary mapped onto tuner's: say so (e.g. SimpleTuner's adamw_bf16)
+        if path in values and isinstance(imp.values[path], str) and values[path] != imp.values[path]:
+            imp.remarks.append(f"{path}: {imp.values[path]!r} is written as {values[path]!r} "
+                               "(what tuner compiles and trains with)")
     doc = tomlkit.document()
     doc.add(tomlkit.comment(f"Imported by `tuner import` from {', '.join(imp.sources)}."))
     for remark in imp.remarks:
         doc.add(tomlkit.comment(remark))
     for section in idx.sections:
-        keys = [p for p in imp.values if p.startswith(section + ".")]
+        keys = [p for p in imp.values if p.startswith(section + ".") and values[p] is not None]  # TOML has no null
         if not keys:
             continue
         table = tomlkit.table()
@@ -254,6 +93,13 @@ def to_toml(imp: Imported) -> str:
         doc.add(tomlkit.comment("Not used by tuner (kept here for reference):"))
         for key, value in sorted(imp.unmodelled.items()):
             doc.add(tomlkit.comment(f"  {key} = {json.dumps(value, default=str)}"))
+    if imp.not_distributed:
+        doc.add(tomlkit.nl())
+        doc.add(tomlkit.comment("Not about distributed training, not imported (for your own trainer):"))
+        for src, keys in imp.not_distributed.items():
+            doc.add(tomlkit.comment(f"  from {src}:"))
+            for key, value in sorted(keys.items()):
+                doc.add(tomlkit.comment(f"  {key} = {json.dumps(value, default=str, ensure_ascii=False)}"))
     return tomlkit.dumps(doc)
 
 

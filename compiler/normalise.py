@@ -53,6 +53,12 @@ _PRECISION = {"no": "no", "none": "no", "fp32": "no", "float32": "no", "false": 
 _COMM = {"allgather": "allgather", "all_gather": "allgather", "all-gather": "allgather",
          "alltoall": "alltoall", "all_to_all": "alltoall", "all-to-all": "alltoall"}
 _OFFLOAD = {"none": "none", "no": "none", "off": "none", "false": "none", "": "none", "cpu": "cpu", "nvme": "nvme"}
+#: Other trainers' optimizer names (SimpleTuner, HF TrainingArguments) -> what tuner trains with.
+#: The dtype/fused/8-bit variants change memory and speed, not the update rule tuner runs.
+_OPTIMIZER = {**{n: "adamw" for n in ("adamw_bf16", "adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused",
+                                      "adamw_8bit", "adamw8bit", "bnb-adamw8bit", "ao-adamw8bit", "paged_adamw_8bit",
+                                      "paged_adamw_32bit", "optimi-adamw", "adamw_schedulefree")},
+              "adam_bf16": "adam", "sgd_torch": "sgd"}
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
@@ -96,6 +102,22 @@ def _offload(value: Any) -> Any:
     return _lookup(_OFFLOAD)(value)
 
 
+def _optimizer(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip().lower()
+        return _OPTIMIZER.get(text, text)
+    return value
+
+
+def _gpu_ids(value: Any) -> Any:
+    """accelerate writes a list, an int or "0,1"; tuner keeps accelerate's string form."""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
 def _model_type(value: Any) -> Any:
     if isinstance(value, str):
         text = value.strip().lower()
@@ -113,7 +135,8 @@ SPECIFIC: dict[str, Callable[[Any], Any]] = {
     "deepspeed.offload_optimizer": _offload,
     "deepspeed.offload_param": _offload,
     "model.type": _model_type,
-    "training.optimizer": lambda v: v.strip().lower() if isinstance(v, str) else v,
+    "training.optimizer": _optimizer,
+    "hardware.gpu_ids": _gpu_ids,
     "hardware.platform": lambda v: v.strip().lower() if isinstance(v, str) else v,
 }
 

@@ -18,6 +18,8 @@ from .settings import Settings
 
 MSG_FSDP_AND_DEEPSPEED = "FSDP and DeepSpeed cannot be enabled simultaneously."
 MSG_CP_NEEDS_FSDP2 = "Context parallelism requires FSDP2."
+#: Families `tuner run` trains; any other name compiles (the artefacts serve the user's own trainer).
+TRAINED_FAMILIES = ("causal_lm", "embedding", "diffusion")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 
@@ -75,6 +77,14 @@ def check(n: Normalised, diags: Diagnostics) -> tuple[Settings, Plan]:
             diags.warning("fsdp.version", "FSDP v1 is deprecated; it works, but FSDP2 shards per parameter, "
                           "supports LoRA and is the default for full-model runs", "set fsdp.version = 2")
 
+    if s.model.family not in TRAINED_FAMILIES:
+        diags.note("model.family", f"tuner run cannot train model family {s.model.family!r} (it trains "
+                   f"{', '.join(TRAINED_FAMILIES)}); the artefacts are for your own trainer "
+                   "(accelerate launch --config_file BUILD/accelerate.yaml SCRIPT)")
+    if s.training.max_steps == 0 and s.training.num_epochs == 0:
+        diags.error("training.num_epochs", "both training.max_steps and training.num_epochs are 0: nothing would train",
+                    "set max_steps (max_train_steps) or num_epochs")
+
     # -- LoRA -------------------------------------------------------------------------
     if s.model.type == "lora" and ds_on:
         diags.error("model.type", "LoRA is not supported with DeepSpeed: DeepSpeed changes the model saving "
@@ -84,7 +94,12 @@ def check(n: Normalised, diags: Diagnostics) -> tuple[Settings, Plan]:
     # -- context parallelism ----------------------------------------------------------
     cp = s.context_parallel
     if cp.size > 1:
-        if not s.fsdp.enabled or s.fsdp.version != 2:
+        if cp.standalone and not s.fsdp.enabled and not ds_on:
+            # SimpleTuner shards sequences itself; accelerate 1.15 only runs cp_size > 1 under FSDP2.
+            diags.note("context_parallel.standalone",
+                       f"context parallelism (size {cp.size}) is left to the training script: accelerate.yaml is a "
+                       "plain multi-GPU launch, the size is in manifest.json; tuner run does not train it")
+        elif not s.fsdp.enabled or s.fsdp.version != 2:
             diags.error("context_parallel.size", MSG_CP_NEEDS_FSDP2,
                         "enable FSDP with fsdp.version = 2, or set context_parallel.size = 1")
         if platform != "cuda":

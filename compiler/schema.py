@@ -43,7 +43,8 @@ class KeyInfo:
 
     @property
     def enum(self) -> list[Any] | None:
-        return self.prop.get("enum")
+        # x-choices: the choices offered (wizard, `tuner schema`) where other values are valid too
+        return self.prop.get("enum") or self.prop.get("x-choices")
 
     @property
     def aliases(self) -> list[str]:

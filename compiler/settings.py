@@ -47,6 +47,7 @@ class HardwareSettings:
     main_process_port: int = 29500
     rdzv_backend: str = 'static'
     same_network: bool = True
+    gpu_ids: str = 'all'
     gpu_memory_gib: float = 0.0
     host_memory_gib: float = 0.0
 
@@ -63,6 +64,11 @@ class FsdpSettings:
     offload_params: bool = False
     activation_checkpointing: bool = False
     sharding_strategy: str = 'full_shard'
+    # None: unset, accelerate's own default applies (see the schema's descriptions).
+    forward_prefetch: bool | None = None
+    backward_prefetch: str | None = None
+    use_orig_params: bool | None = None
+    sync_module_states: bool | None = None
 
 @dataclass
 class DeepspeedSettings:
@@ -86,6 +92,7 @@ class ContextParallelSettings:
     """Context (sequence) parallelism on top of FSDP2, CUDA only."""
     size: int = 1
     comm_strategy: str = 'allgather'
+    standalone: bool = False
 
 @dataclass
 class TrainingSettings:
@@ -129,6 +136,7 @@ class AccelerateSettings:
     """How the accelerate config is produced."""
     base: str = ''
     dynamo_backend: str = 'no'
+    parallelism_config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

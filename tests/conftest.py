@@ -11,7 +11,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
-SHARED = REPO.parent / "shared"
+# ../shared beside the checkout; a git worktree may sit one level deeper (e.g. /work/wt/NAME).
+SHARED = next((p / "shared" for p in REPO.parents if (p / "shared" / "peer-configs").is_dir()), REPO.parent / "shared")
 PEER_CONFIGS = SHARED / "peer-configs"
 SEEDS = SHARED / "seeds"
 

@@ -17,9 +17,9 @@ def run(args) -> int:
         return 2
     try:
         imported = import_files(list(args.sources))
-    except ImportError_ as exc:
+    except ImportError_ as exc:  # unreadable: 2; unrecognised or no equivalent (ImportRefused): 1
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     text = to_toml(imported)
     result = compile_text(text, path=args.out.resolve())
     args.out.parent.mkdir(parents=True, exist_ok=True)

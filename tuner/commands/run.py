@@ -55,6 +55,7 @@ def run(args) -> int:
 
     try:
         arts = load(build_dir)
+        _check_trainable(arts)
         _check_resume(arts, args.resume)
         _clear_stale_offload(arts)
         from tuner.runtime.launch import launch
@@ -63,6 +64,23 @@ def run(args) -> int:
     except RunError as exc:
         print(f"tuner run: {exc.message}", file=sys.stderr)
         return exc.exit_code
+
+
+def _check_trainable(arts) -> None:
+    """A build compiled for another trainer (a family or standalone context parallelism
+    tuner's runtime does not implement) is refused before any rank starts."""
+    from tuner.runtime.artefacts import RunError
+    from tuner.runtime.families import FAMILIES
+
+    s = arts.settings
+    if s.model.family not in FAMILIES:
+        raise RunError(f"tuner run cannot train model family {s.model.family!r} (it trains {', '.join(sorted(FAMILIES))}); "
+                       f"use the artefacts with your own trainer: accelerate launch --config_file "
+                       f"{arts.build_dir / 'accelerate.yaml'} SCRIPT", exit_code=EXIT_INVALID)
+    if s.context_parallel.standalone and s.context_parallel.size > 1:
+        raise RunError("tuner run does not implement standalone context parallelism (without FSDP2); "
+                       "run the trainer that does (e.g. SimpleTuner) with these artefacts, or set fsdp.enabled = true, "
+                       "fsdp.version = 2 and context_parallel.standalone = false", exit_code=EXIT_INVALID)
 
 
 def _check_resume(arts, resume: str | None) -> None:

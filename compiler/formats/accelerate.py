@@ -1,0 +1,195 @@
+"""accelerate's config (what `accelerate config` writes, as YAML or as JSON).
+
+Unset keys import as what `accelerate launch` would really use (its launch parser's
+defaults, then the plugin's), not tuner's defaults, so that the compiled YAML means what
+the source meant: FSDP version 1, RAM-efficient loading and module-state sync on, no wrap
+policy, no backward prefetch, a state dict type that follows the version.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .base import Imported, ImportRefused
+
+# Top-level keys tuner models, and where they go.
+TOP = {
+    "num_processes": "hardware.num_processes",
+    "num_machines": "hardware.num_machines",
+    "machine_rank": "hardware.machine_rank",
+    "main_process_ip": "hardware.main_process_ip",
+    "main_process_port": "hardware.main_process_port",
+    "rdzv_backend": "hardware.rdzv_backend",
+    "same_network": "hardware.same_network",
+    "mixed_precision": "training.mixed_precision",
+}
+FSDP_KEYS = {
+    "fsdp_version": "fsdp.version",
+    "fsdp_auto_wrap_policy": "fsdp.auto_wrap_policy",
+    "fsdp_transformer_layer_cls_to_wrap": "fsdp.transformer_layer_cls_to_wrap",
+    "fsdp_state_dict_type": "checkpoint.state_dict_type",
+    "fsdp_cpu_ram_efficient_loading": "fsdp.cpu_ram_efficient_loading",
+    "fsdp_offload_params": "fsdp.offload_params",
+    "fsdp_activation_checkpointing": "fsdp.activation_checkpointing",
+    "fsdp_min_num_params": "fsdp.min_num_params",
+    "fsdp_sharding_strategy": "fsdp.sharding_strategy",
+    "fsdp_forward_prefetch": "fsdp.forward_prefetch",
+    "fsdp_backward_prefetch": "fsdp.backward_prefetch",
+    "fsdp_use_orig_params": "fsdp.use_orig_params",
+    "fsdp_sync_module_states": "fsdp.sync_module_states",
+}
+DS_YAML_KEYS = {
+    "zero_stage": "deepspeed.zero_stage",
+    "offload_optimizer_device": "deepspeed.offload_optimizer",
+    "offload_param_device": "deepspeed.offload_param",
+    "offload_param_nvme_path": "deepspeed.nvme_path",
+    "offload_optimizer_nvme_path": "deepspeed.nvme_path",
+    "gradient_accumulation_steps": "training.gradient_accumulation_steps",
+    "gradient_clipping": "deepspeed.gradient_clipping",
+    "zero3_init_flag": "deepspeed.zero3_init",
+    "zero3_save_16bit_model": "deepspeed.gather_16bit_weights_on_model_save",
+}
+# Keys that carry no decision, or that tuner always writes itself.
+IGNORED = {
+    "compute_environment", "distributed_type", "downcast_bf16", "main_training_function",
+    "tpu_env", "tpu_use_cluster", "tpu_use_sudo", "use_cpu", "enable_cpu_affinity", "gpu_ids",
+    "fsdp_config", "deepspeed_config", "parallelism_config", "dynamo_config",
+}
+#: accelerate launch types tuner runs; any other is refused (tuner has no platform for it).
+STRATEGIES = {"NO", "MULTI_GPU", "MULTI_CPU", "FSDP", "DEEPSPEED"}
+CP_KEYS = ("parallelism_config_cp_size", "parallelism_config_cp_comm_strategy")
+
+
+def matches(data: dict[str, Any]) -> bool:
+    return "distributed_type" in data or "compute_environment" in data
+
+
+def read(data: dict[str, Any], path: Path, out: Imported) -> None:
+    from . import deepspeed
+
+    src = path.name
+    dtype = str(data.get("distributed_type", "NO"))
+    if dtype in ("False", "NO"):
+        dtype = "NO"  # YAML 1.1 reads a bare NO as false
+    env = str(data.get("compute_environment", "LOCAL_MACHINE"))
+    if env != "LOCAL_MACHINE":
+        raise ImportRefused(f"{src}: a {env} config (compute_environment); tuner writes launch configs for local "
+                            "machines (LOCAL_MACHINE) and has no equivalent for it")
+    if dtype not in STRATEGIES:
+        raise ImportRefused(f"{src}: distributed_type {dtype} has no tuner strategy (tuner runs NO, MULTI_GPU, "
+                            "MULTI_CPU, FSDP and DEEPSPEED on CUDA, ROCm, MPS or CPU)")
+    if str(data.get("mixed_precision", "no")).lower() == "fp8":
+        raise ImportRefused(f"{src}: mixed_precision fp8 is not a precision tuner compiles (no, fp16, bf16)")
+    if dtype == "FSDP":
+        out.set("fsdp.enabled", True, src)
+    elif dtype == "DEEPSPEED":
+        out.set("deepspeed.enabled", True, src)
+    # The source's target, not the importing machine: a GPU config says cuda (item: judged
+    # for where it runs, so an FSDP v1 config imports fine on a laptop).
+    cpu = data.get("use_cpu") is True or dtype == "MULTI_CPU"
+    out.set("hardware.platform", "cpu" if cpu else "cuda", src)
+    for key, target in TOP.items():
+        if data.get(key) is not None:
+            value = data[key]
+            if key == "num_processes" and value == -1:
+                continue
+            out.set(target, value, src)
+    if dtype == "NO" and isinstance(data.get("num_processes"), int) and data["num_processes"] > 1:
+        # accelerate launch runs a NO config through its simple launcher: one process.
+        out.set("hardware.num_processes", 1, src)
+        out.remarks.append(f"{src}: distributed_type NO with num_processes {data['num_processes']}: accelerate "
+                           "launches one process, so it is imported as one")
+    gpu_ids = data.get("gpu_ids")
+    if gpu_ids not in (None, "all"):
+        out.set("hardware.gpu_ids", gpu_ids, src)
+    if dtype == "FSDP" and isinstance(data.get("fsdp_config"), dict):
+        _fsdp(data["fsdp_config"], src, out)
+    ds = data.get("deepspeed_config") or {}
+    if dtype == "DEEPSPEED" and isinstance(ds, dict):
+        # the YAML's own flags first, so that the JSON only fills what they leave unset
+        for key, value in sorted(ds.items(), key=lambda kv: kv[0] == "deepspeed_config_file"):
+            if key in DS_YAML_KEYS:
+                out.set(DS_YAML_KEYS[key], value, src)
+            elif key == "deepspeed_config_file":
+                found = _find_relative(Path(str(value)), path)
+                if found is None:
+                    out.remarks.append(f"{src}: deepspeed_config_file {value} not found next to {path.parent}; "
+                                       "pass it as another source: tuner import YAML JSON")
+                else:
+                    from ..importer import load
+
+                    deepspeed.read(load(found), found, out, world_known=True)
+            elif key == "deepspeed_multinode_launcher":
+                continue
+            else:
+                out.unmodelled[f"deepspeed_config.{key}"] = value
+    _parallelism(data.get("parallelism_config"), src, out)
+    dyn = data.get("dynamo_config") or {}
+    if isinstance(dyn, dict) and dyn.get("dynamo_backend") not in (None, "NO", "no"):
+        out.set("accelerate.dynamo_backend", str(dyn["dynamo_backend"]).lower(), src)
+    for key, value in data.items():
+        if key not in TOP and key not in IGNORED and value not in (None, [], {}, False):
+            out.unmodelled[key] = value
+    if out.unmodelled:
+        out.set("accelerate.base", str(path.resolve()), src)
+        out.remarks.append(f"{src}: keys tuner does not model ({', '.join(sorted(out.unmodelled))}) survive "
+                           "through accelerate.base")
+
+
+def _fsdp(fsdp: dict[str, Any], src: str, out: Imported) -> None:
+    for key, value in fsdp.items():
+        if key in FSDP_KEYS:
+            out.set(FSDP_KEYS[key], value, src)
+        elif key == "fsdp_reshard_after_forward":
+            if isinstance(value, bool):
+                out.set("fsdp.reshard_after_forward", value, src)
+            else:  # FSDP v1 spells it as a sharding strategy
+                out.set("fsdp.sharding_strategy", str(value).lower(), src)
+                out.set("fsdp.reshard_after_forward", str(value).upper() in ("FULL_SHARD", "HYBRID_SHARD"), src)
+        else:
+            out.unmodelled[f"fsdp_config.{key}"] = value
+    # What accelerate launch uses for what the file leaves unset (launch parser defaults,
+    # then FullyShardedDataParallelPlugin's): keep that meaning, not tuner's defaults.
+    version = fsdp.get("fsdp_version", 1)
+    out.default("fsdp.version", 1, src, "no fsdp_version, so accelerate would use FSDP v1; imported as version 1")
+    out.default("fsdp.cpu_ram_efficient_loading", True, src,
+                "no fsdp_cpu_ram_efficient_loading: accelerate launch turns it on; imported as true")
+    if str(version) == "1":
+        out.default("fsdp.sync_module_states", True, src,
+                    "no fsdp_sync_module_states: accelerate launch turns it on for FSDP v1; imported as true")
+        out.default("fsdp.backward_prefetch", "NO_PREFETCH", src,
+                    "no fsdp_backward_prefetch: accelerate uses none; imported as NO_PREFETCH")
+    out.default("fsdp.auto_wrap_policy", "none", src,
+                "no fsdp_auto_wrap_policy: accelerate wraps nothing (NO_WRAP); imported as none")
+    out.default("checkpoint.state_dict_type", "full" if str(version) == "1" else "sharded", src,
+                "no fsdp_state_dict_type: accelerate's default for this FSDP version imported")
+
+
+def _parallelism(pc: Any, src: str, out: Imported) -> None:
+    """Context parallelism is tuner's own setting; the other mesh dimensions (tensor,
+    sequence parallelism, HSDP) are kept as accelerate's keys."""
+    if not isinstance(pc, dict) or not pc:
+        return
+    cp = pc.get("parallelism_config_cp_size", 1)
+    if isinstance(cp, int) and cp > 1:
+        out.set("context_parallel.size", cp, src)
+        out.set("hardware.platform", "cuda", src)
+        if pc.get("parallelism_config_cp_comm_strategy"):
+            out.set("context_parallel.comm_strategy", pc["parallelism_config_cp_comm_strategy"], src)
+        # tuner writes the CP block (dp_shard from the process count); other keys are kept.
+        rest = {k: v for k, v in pc.items() if k not in CP_KEYS and not (
+            k == "parallelism_config_dp_shard_size" or (k.endswith(("_dp_replicate_size", "_tp_size")) and v == 1))}
+    else:
+        rest = dict(pc)  # accelerate turns the parallelism config on whenever the table is there
+    if rest:
+        out.set("accelerate.parallelism_config", rest, src)
+
+
+def _find_relative(candidate: Path, yaml_path: Path) -> Path | None:
+    if candidate.is_absolute():
+        return candidate if candidate.is_file() else None
+    for base in [yaml_path.parent, *yaml_path.parent.parents][:4]:
+        if (base / candidate).is_file():
+            return (base / candidate).resolve()
+    return None

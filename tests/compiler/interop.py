@@ -1,0 +1,185 @@
+"""What accelerate and DeepSpeed make of a config, derived with their own code.
+
+`launch_view` runs `accelerate launch --config_file YAML train.py`'s own steps without
+starting a process (interop-method.md): `launch_command_parser`, `_validate_launch_command`,
+the env preparation of the launcher it picks, then the plugin accelerate would build in
+that environment (FullyShardedDataParallelPlugin / DeepSpeedPlugin / ParallelismConfig).
+CUDA devices are pretended for that step only, so a GPU config takes its GPU branch here.
+`deepspeed_effective` is DeepSpeed's DeepSpeedConfig at the run's world size after the
+"auto" values are filled the way accelerate fills them in `prepare`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import os
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from tests.compiler.helpers import parse_deepspeed
+
+#: Pretended GPUs per machine while accelerate derives the launch.
+FAKE_GPUS = 8
+#: What the training script gives accelerate in `prepare` (fills DeepSpeed's "auto"s).
+SCRIPT = {"micro_batch": 2, "hidden_size": 64, "lr": 1e-3, "weight_decay": 0.0, "warmup": 1, "total_steps": 100}
+#: Env variables that name paths or describe how the YAML spelled a choice, not the choice.
+_NOT_A_CHOICE = {"ACCELERATE_DEEPSPEED_CONFIG_FILE", "ACCELERATE_CONFIG_DS_FIELDS"}
+
+
+@contextlib.contextmanager
+def _pretend_cuda():
+    import torch
+
+    with mock.patch.object(torch.cuda, "is_available", return_value=True), \
+            mock.patch.object(torch.cuda, "device_count", return_value=FAKE_GPUS), \
+            mock.patch.object(torch.cuda, "current_device", return_value=0):
+        yield
+
+
+@contextlib.contextmanager
+def _environ(env: dict[str, str]):
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _plain(value: Any) -> Any:
+    """Plugin fields as comparable data (enums by name, callables by name)."""
+    if isinstance(value, enum.Enum):
+        return value.name
+    if callable(value) and hasattr(value, "__name__"):
+        return value.__name__
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return type(value).__name__
+
+
+FSDP_FIELDS = ("fsdp_version", "reshard_after_forward", "sharding_strategy", "auto_wrap_policy", "transformer_cls_names_to_wrap",
+               "cpu_offload", "backward_prefetch", "forward_prefetch", "use_orig_params", "sync_module_states",
+               "state_dict_type", "cpu_ram_efficient_loading", "activation_checkpointing", "limit_all_gathers")
+
+
+def launch_view(yaml_path: Path, cli: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Launch mode, topology, the env accelerate gives each rank, and the plugin it builds.
+    `cli`: launch flags given on the command line (e.g. ``--num_processes 8`` for a config
+    that leaves the count to the command line, as accelerate then requires)."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import (prepare_deepspeed_cmd_env, prepare_multi_gpu_env,
+                                         prepare_simple_launcher_cmd_env)
+
+    # A busy port on this machine must not change the derived launch (accelerate checks it).
+    with _pretend_cuda(), mock.patch("accelerate.utils.launch.is_port_in_use", return_value=False):
+        args = launch_command_parser().parse_args(["--config_file", str(yaml_path), *cli, "train.py"])
+        args, defaults, mp_from_config = _validate_launch_command(args)
+        if args.use_deepspeed and not args.cpu:
+            mode = "deepspeed"
+            fields = list(defaults.deepspeed_config.keys()) + (["mixed_precision"] if mp_from_config else [])
+            args.deepspeed_fields_from_accelerate_config = ",".join(fields)
+            _, env = prepare_deepspeed_cmd_env(args)
+        elif (args.use_fsdp or args.multi_gpu) and not args.cpu:
+            mode = "fsdp" if args.use_fsdp else "multi_gpu"
+            env = prepare_multi_gpu_env(args)
+        else:
+            mode = "cpu" if args.cpu else "single"
+            _, env = prepare_simple_launcher_cmd_env(args)
+    procs = args.num_processes if mode != "single" else 1
+    if mode == "multi_gpu" and procs * (args.num_machines or 1) == 1:
+        mode = "single"  # torchrun with one process is the single-process run
+    full_env = dict(env)
+    env = {k: v for k, v in env.items() if k.startswith(("ACCELERATE_", "FSDP_", "PARALLELISM_CONFIG_"))
+           and k not in _NOT_A_CHOICE}
+    view: dict[str, Any] = {
+        "mode": mode, "num_processes": procs, "num_machines": args.num_machines, "machine_rank": args.machine_rank,
+        "main_process_ip": args.main_process_ip if args.num_machines > 1 else None,
+        # the port matters only when processes rendezvous
+        "main_process_port": args.main_process_port if procs * (args.num_machines or 1) > 1 else None,
+        "gpu_ids": args.gpu_ids,
+        "env": env,
+    }
+    with _environ(full_env), _pretend_cuda():
+        if mode == "fsdp":
+            from accelerate.utils import FullyShardedDataParallelPlugin
+
+            plugin = FullyShardedDataParallelPlugin()
+            view["plugin"] = {f: _plain(getattr(plugin, f, None)) for f in FSDP_FIELDS}
+        elif mode == "deepspeed":
+            from accelerate.utils import DeepSpeedPlugin
+
+            plugin = DeepSpeedPlugin()  # raises on keys accelerate forbids beside a config file
+            view["plugin"] = {"zero3_init_flag": plugin.zero3_init_flag,
+                              "zero3_save_16bit_model": plugin.zero3_save_16bit_model}
+            view["deepspeed_plugin"] = plugin
+        if env.get("ACCELERATE_USE_PARALLELISM_CONFIG") == "true":
+            from accelerate.parallelism_config import ParallelismConfig
+
+            pc = ParallelismConfig()
+            view["parallelism"] = {k: _plain(getattr(pc, k)) for k in (
+                "dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "cp_backend", "sp_size", "sp_backend")}
+    return view
+
+
+def accelerate_filled(plugin, world: int, mixed_precision: str | None = None) -> dict[str, Any]:
+    """The DeepSpeed dict accelerate hands to `deepspeed.initialize`, its "auto"s filled the way
+    `Accelerator._prepare_deepspeed` fills them for SCRIPT (a copy; the plugin is left alone)."""
+    import copy
+
+    plugin = copy.deepcopy(plugin)
+    plugin.set_mixed_precision(mixed_precision or "no")  # what Accelerator() does with the env's value
+    h = SCRIPT["hidden_size"]
+    accum = plugin.get_value("gradient_accumulation_steps")
+    accum = accum if isinstance(accum, int) else 1
+    micro = plugin.get_value("train_micro_batch_size_per_gpu")
+    total = plugin.get_value("train_batch_size")
+    if not isinstance(micro, int):  # the script's dataloader; sized to a fixed global batch if there is one
+        micro = total // (accum * world) if isinstance(total, int) and total % (accum * world) == 0 else SCRIPT["micro_batch"]
+    kwargs = {
+        "gradient_clipping": 1.0,
+        "zero_optimization.stage3_gather_16bit_weights_on_model_save": False,
+        "train_micro_batch_size_per_gpu": micro,
+        "train_batch_size": micro * accum * world,
+        "zero_optimization.reduce_bucket_size": h * h,
+        "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * h * h),
+        "zero_optimization.stage3_param_persistence_threshold": 10 * h,
+        "optimizer.params.lr": SCRIPT["lr"], "optimizer.params.weight_decay": SCRIPT["weight_decay"],
+        "scheduler.params.warmup_min_lr": 0, "scheduler.params.warmup_max_lr": SCRIPT["lr"],
+        "scheduler.params.warmup_num_steps": SCRIPT["warmup"],
+        "scheduler.params.total_num_steps": -(-SCRIPT["total_steps"] // world),
+        # what the HF Trainer (trl, LLaMA-Factory, axolotl) also fills from TrainingArguments'
+        # defaults; accelerate alone refuses these "auto"s, so configs written for the Trainer
+        # are judged as the Trainer runs them
+        "optimizer.params.betas": [0.9, 0.999], "optimizer.params.eps": 1e-8,
+    }
+    if accum == 1 and plugin.get_value("gradient_accumulation_steps") == "auto":
+        kwargs["gradient_accumulation_steps"] = 1
+    plugin.deepspeed_config_process(must_match=False, **kwargs)
+    return _fill_remaining_auto(plugin.deepspeed_config)
+
+
+def _fill_remaining_auto(cfg: Any) -> Any:
+    """An "auto" nothing above fills (a key accelerate has no kwarg for) is left out, as
+    DeepSpeed would then use its own default; the comparison stays symmetric."""
+    if isinstance(cfg, dict):
+        return {k: _fill_remaining_auto(v) for k, v in cfg.items() if v != "auto"}
+    return cfg
+
+
+_DS_SKIP = {"_param_dict", "mpu", "global_rank", "world_size", "_initial_param_dict"}
+
+
+def deepspeed_effective(config: dict[str, Any], world: int) -> dict[str, Any]:
+    """DeepSpeedConfig's resolved attributes (its defaults applied) at `world` ranks."""
+    parsed = parse_deepspeed(json.loads(json.dumps(config)), world)
+    return {k: _plain(v) for k, v in sorted(vars(parsed).items()) if k not in _DS_SKIP}
