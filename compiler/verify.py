@@ -345,23 +345,27 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--derive-rules"] and len(argv) == 2:  # DeepSpeed prints to stdout: write a file
         Path(argv[1]).write_text(render_rules(derive_rules()), encoding="utf-8")
         return 0
-    if len(argv) != 1:
-        print("usage: python -m tuner.compiler.verify BUILD_DIR | --derive-rules OUT.json", file=sys.stderr)
+    if not argv or argv[0].startswith("-"):
+        print("usage: python -m tuner.compiler.verify BUILD_DIR... | --derive-rules OUT.json", file=sys.stderr)
         return 2
     import logging
     import warnings
 
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    problems = verify_build(Path(argv[0]))
-    if problems:
-        print("verify: refused by the packages' own checks:")
-        for p in problems:
-            print(f"  {p}")
-        return 1
-    print("verify: accelerate and DeepSpeed accept the build" if (Path(argv[0]) / "deepspeed.json").exists()
-          else "verify: accelerate accepts the build")
-    return 0
+    status = 0
+    for build in argv:
+        problems = verify_build(Path(build))
+        if problems:
+            status = 1
+            print(f"verify: {build}: refused by the packages' own checks:")
+            for p in problems:
+                print(f"  {p}")
+        elif (Path(build) / "deepspeed.json").exists():
+            print("verify: accelerate and DeepSpeed accept the build")
+        else:
+            print("verify: accelerate accepts the build")
+    return status
 
 
 if __name__ == "__main__":
