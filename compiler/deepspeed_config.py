@@ -153,8 +153,24 @@ def _batch(out: dict, s: Settings, world: int, explicit: set[str], builder: bool
     micro_set = "training.micro_batch_size" in explicit or builder
     accum_set = "training.gradient_accumulation_steps" in explicit or builder
     # The factors the run uses. accelerate reads a missing gradient_accumulation_steps as 1.
+    derived_accum = False
     if accum is None:
-        accum = t.gradient_accumulation_steps if (accum_set or accum_raw == "auto") else 1
+        if accum_set or accum_raw == "auto":
+            accum = t.gradient_accumulation_steps
+        elif total is not None and micro is not None and accum_raw is None:
+            # DeepSpeed derives it from the other two; accelerate would insert 1 instead and
+            # DeepSpeed then refuses the batch, so the derived value is written.
+            if total % (micro * world):
+                diags.error("deepspeed.config.train_batch_size",
+                            f"train_batch_size {total} is not divisible by train_micro_batch_size_per_gpu {micro} "
+                            f"x world size {world}", "make train_batch_size a multiple of the other factors, or remove it")
+                return False
+            accum, derived_accum = total // (micro * world), True
+            diags.note("deepspeed.config.gradient_accumulation_steps",
+                       f"gradient_accumulation_steps = {accum}, derived from train_batch_size {total} as DeepSpeed "
+                       "does (written: accelerate would otherwise assume 1)")
+        else:
+            accum = 1  # accelerate's value for a missing key
     if micro is None:
         if total is not None and micro_raw is None and not micro_set:
             if total % (accum * world):
@@ -182,7 +198,7 @@ def _batch(out: dict, s: Settings, world: int, explicit: set[str], builder: bool
         out["train_micro_batch_size_per_gpu"] = "auto"  # DeepSpeed needs one of the two; accelerate fills it
         diags.note("deepspeed.config.train_micro_batch_size_per_gpu",
                    "no batch size in the DeepSpeed config: 'auto', filled by accelerate from the data loader")
-    if accum_raw is None and accum_set:
+    if accum_raw is None and (accum_set or derived_accum):
         out["gradient_accumulation_steps"] = accum
     if total_raw is None and builder:
         out["train_batch_size"] = expected
@@ -245,8 +261,8 @@ def _zero(out: dict, s: Settings, explicit: set[str], builder: bool, diags: Diag
     if stage is None:
         if builder or "deepspeed.zero_stage" in explicit:
             zero["stage"] = stage = ds.zero_stage
-        else:
-            stage = 0
+        else:  # written: accelerate refuses a DeepSpeed config without a zero_optimization block
+            zero["stage"] = stage = 0
             diags.note("deepspeed.config.zero_optimization.stage", "no ZeRO stage in the DeepSpeed config: "
                        "DeepSpeed's default, stage 0, applies")
     elif "deepspeed.zero_stage" in explicit and stage != ds.zero_stage:
@@ -255,6 +271,12 @@ def _zero(out: dict, s: Settings, explicit: set[str], builder: bool, diags: Diag
                     "set it in one place only")
         return None
     ds.zero_stage = stage
+    for short in ("prefetch_bucket_size", "param_persistence_threshold"):
+        if zero.get(short) == "auto" and f"stage3_{short}" not in zero:
+            # DeepSpeed knows the field under both names; accelerate fills only the stage3_ one.
+            zero[f"stage3_{short}"] = zero.pop(short)
+            diags.note(f"deepspeed.config.zero_optimization.{short}", f"written as stage3_{short} (the same "
+                       "DeepSpeed field), the name under which accelerate fills 'auto'")
     if stage == 3:
         names = ("gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save")
         if not any(n in zero for n in names):
@@ -265,8 +287,6 @@ def _zero(out: dict, s: Settings, explicit: set[str], builder: bool, diags: Diag
                               "unset, so DeepSpeed's default (false) applies and tuner run cannot export a full "
                               "model at the end of a ZeRO-3 run",
                               "set it to true in the DeepSpeed config, or checkpoint.export = false")
-    if not zero:
-        del out["zero_optimization"]
     return zero
 
 
@@ -346,6 +366,12 @@ def _optimizer(out: dict, zero: dict, s: Settings, explicit: set[str], diags: Di
     if opt is None:
         return
     params = opt.setdefault("params", {})
+    for key, value in (("betas", [0.9, 0.999]), ("eps", 1e-8)):
+        if params.get(key) == "auto":
+            # The HF Trainer fills these; accelerate does not, and DeepSpeed would get "auto".
+            params[key] = value
+            diags.note(f"deepspeed.config.optimizer.params.{key}", f"'auto' filled with {value} (the HF Trainer's and "
+                       "torch's default): accelerate does not fill it")
     if (opt["type"] in ("AdamW", "Adam") and not offload and s.hardware.platform == "cpu"):
         # DeepSpeed's default Adam kernel is FusedAdam (CUDA); on a CPU target use torch's.
         params.setdefault("torch_adam", True)

@@ -30,6 +30,11 @@ ACCELERATE_FILLS = frozenset({
     "scheduler.params.total_num_steps",
 })
 
+#: "auto" under DeepSpeed's short alias names, which tuner renames to the stage3_ names
+#: accelerate fills (deepspeed_config._zero).
+_RENAMED_FOR_ACCELERATE = frozenset({"zero_optimization.prefetch_bucket_size",
+                                     "zero_optimization.param_persistence_threshold"})
+
 _TRUE = {"1", "on", "t", "true", "y", "yes"}
 _FALSE = {"0", "off", "f", "false", "n", "no"}
 
@@ -119,7 +124,7 @@ def _check_model(block: dict[str, Any], model: str, path: str, dotted: str, diag
                             "(its config model refuses unknown keys)", f"remove it or fix the spelling; known: {known}")
             continue
         if value == "auto":
-            if kdotted not in ACCELERATE_FILLS:
+            if kdotted not in ACCELERATE_FILLS | _RENAMED_FOR_ACCELERATE:
                 _unfilled_auto(kpath, diags)
             continue
         problem = _type_problem(value, spec)

@@ -178,6 +178,15 @@ def fill_auto_as_accelerate(plugin, settings: dict[str, Any], world_size: int) -
     return plugin.deepspeed_config
 
 
+def accelerate_filled(config: dict[str, Any], settings: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """`config` with its "auto" values filled as accelerate fills them for a run of `settings`."""
+    import copy
+
+    from accelerate.utils import DeepSpeedPlugin
+
+    return fill_auto_as_accelerate(DeepSpeedPlugin(hf_ds_config=copy.deepcopy(config)), settings, world_size)
+
+
 def verify_build(build_dir: Path) -> list[str]:
     """Run the packages' own checks on a build; returns what they refused (empty = accepted)."""
     build_dir = Path(build_dir).resolve()

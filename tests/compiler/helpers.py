@@ -7,6 +7,7 @@ and the command judge builds with the same code.
 from __future__ import annotations
 
 from tuner.compiler.verify import (  # noqa: F401  (re-exported for the tests)
+    accelerate_filled,
     accelerate_launch_env,
     init_deepspeed_comm,
     load_accelerate,

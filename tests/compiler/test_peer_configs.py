@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.compiler.helpers import load_accelerate, parse_deepspeed
+from tests.compiler.helpers import accelerate_filled, load_accelerate, parse_deepspeed
 from tests.conftest import PEER_CONFIGS
 from tuner.compiler import compile_text
 from tuner.compiler.emit import DECIDED_KEYS, DS_KEYS_FORBIDDEN_WITH_FILE
@@ -149,7 +149,9 @@ def test_deepspeed_json_imports_and_compiles_to_what_deepspeed_accepts(path, tmp
                           else text.replace("[hardware]", "[hardware]\nplatform = 'cuda'"), path=settings)
     assert result.ok, text + "\n".join(d.format() for d in result.diagnostics.errors)
     ours = json.loads(result.deepspeed_json)
-    parse_deepspeed(ours, result.plan.data_parallel_size)
+    # "auto" values are filled as accelerate fills them at prepare time, then DeepSpeed judges.
+    world = result.plan.data_parallel_size
+    parse_deepspeed(accelerate_filled(ours, result.settings.to_dict(), world), world)
     # Their concrete choices survive (tuner only fills "auto" and normalises optimizer names).
     for key in ("zero_optimization", "fp16", "bf16"):
         for sub, value in (data.get(key) or {}).items():

@@ -160,7 +160,8 @@ def test_auto_and_unset_stay_accelerates_and_deepspeeds():
     assert "stage3_gather_16bit_weights_on_model_save" not in ds["zero_optimization"]
     bare = compile_("[deepspeed_config]\ntrain_micro_batch_size_per_gpu = 2\n")
     ds = json.loads(bare.deepspeed_json)
-    assert ds == {"train_micro_batch_size_per_gpu": 2}  # stage 0, no clipping, fp32: DeepSpeed's defaults
+    # stage 0 (written: accelerate needs the block), no clipping, fp32: DeepSpeed's defaults
+    assert ds == {"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 0}}
     assert bare.plan.strategy == "zero0"
 
 
