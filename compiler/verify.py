@@ -108,6 +108,20 @@ def pretend_cuda(count: int = 8):
         torch.cuda.is_available, torch.cuda.device_count = saved
 
 
+@contextlib.contextmanager
+def ports_free():
+    """accelerate's launcher refuses a rendezvous port another process holds on *this* host;
+    that is the host's state, not the build's, so verify does not judge it."""
+    import accelerate.utils.launch as launch
+
+    saved = launch.is_port_in_use
+    launch.is_port_in_use = lambda port=None: False
+    try:
+        yield
+    finally:
+        launch.is_port_in_use = saved
+
+
 def accelerate_launch_env(yaml_path: Path, monkeypatch=None) -> dict[str, str]:
     """The environment `accelerate launch --config_file YAML` would give each rank.
 
@@ -213,7 +227,7 @@ def _verify_in_project(build_dir: Path, yaml_path: Path, plan: dict, settings: d
         import torch
 
         fake = plan["platform"] != "cpu" and not torch.cuda.is_available()
-        with pretend_cuda() if fake else contextlib.nullcontext():
+        with pretend_cuda() if fake else contextlib.nullcontext(), ports_free():
             env = accelerate_launch_env(yaml_path)
         if plan["uses_deepspeed"]:
             steps = "building accelerate's DeepSpeedPlugin"

@@ -63,7 +63,7 @@ def _plain_script(project: Path, name: str, *args: str) -> subprocess.CompletedP
                MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1",
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONWARNINGS="ignore")
     return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=project, env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=900)  # DeepSpeedCPUAdam may JIT-build first
 
 
 def _aio_available() -> bool:
