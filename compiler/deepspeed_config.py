@@ -2,7 +2,7 @@
 
 The raw ``deepspeed.config`` (DeepSpeed's own structure, as in the seed's manual example)
 wins where it says something; builder fields the person set fill the rest. The result is a
-file accelerate users recognise (docs/runtime.md, "What deepspeed.json contains"):
+file accelerate users recognise (docs/artefacts.md says what it contains and why):
 
 * an optimizer or scheduler block only when the settings ask for one, or for ZeRO-Offload
   of the optimizer, where DeepSpeed refuses a client optimizer: then accelerate's own

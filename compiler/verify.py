@@ -29,6 +29,8 @@ import json
 import os
 import subprocess
 import sys
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -270,14 +272,13 @@ def run_in_subprocess(build_dir: Path, project_dir: Path, uses_deepspeed: bool) 
 
 def _field_spec(annotation, metadata) -> dict[str, Any]:
     import enum
-    import typing
     from pathlib import PurePath
 
     from pydantic import BaseModel
 
     spec: dict[str, Any] = {}
     args = typing.get_args(annotation)
-    if typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
         spec["nullable"] = len(inner) < len(args)
         annotation = inner[0] if len(inner) == 1 else Any
@@ -320,8 +321,6 @@ def _model_rules(model, out: dict[str, Any]) -> None:
             spec["deprecated"] = str(extra.get("new_param", ""))
         for key in {name, f.alias or name}:
             fields[key] = spec
-        import typing
-
         for arg in (f.annotation, *typing.get_args(f.annotation)):
             if isinstance(arg, type) and issubclass(arg, BaseModel):
                 _model_rules(arg, out)
