@@ -271,6 +271,12 @@ def _zero(out: dict, s: Settings, explicit: set[str], builder: bool, diags: Diag
                     "set it in one place only")
         return None
     ds.zero_stage = stage
+    hidden = [k for k in ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+                          "prefetch_bucket_size", "param_persistence_threshold") if zero.get(k) == "auto"]
+    if hidden and s.model.family == "diffusion":
+        diags.error(f"deepspeed.config.zero_optimization.{hidden[0]}",
+                    "accelerate fills these 'auto' bucket sizes from model.config.hidden_size, which diffusion "
+                    f"models do not have, so prepare would fail: {', '.join(hidden)}", "write numbers for them")
     for short in ("prefetch_bucket_size", "param_persistence_threshold"):
         if zero.get(short) == "auto" and f"stage3_{short}" not in zero:
             # DeepSpeed knows the field under both names; accelerate fills only the stage3_ one.

@@ -268,3 +268,10 @@ def test_fsdp_cpu_offload_needs_a_gpu_target():
     r = compile_("fsdp_enable = true\nfsdp_offload_params = true\nplatform = 'cpu'\n")
     assert any("FSDP CPU offload moves parameters off the GPU" in e for e in errors(r))
     assert compile_("fsdp_enable = true\nfsdp_offload_params = true\nplatform = 'cuda'\n").ok
+
+
+def test_hidden_size_auto_is_refused_for_models_without_a_hidden_size():
+    r = compile_("[model]\nfamily = 'diffusion'\n[deepspeed_config]\n"
+                 "zero_optimization = { stage = 2, reduce_bucket_size = 'auto' }\n")
+    (err,) = r.diagnostics.errors
+    assert err.key == "deepspeed.config.zero_optimization.reduce_bucket_size" and "hidden_size" in err.message
