@@ -12,6 +12,7 @@ written until `write()` is called on a result without errors.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,29 +100,45 @@ def _finish(src: Source, n, diags: Diagnostics, base_dir: Path, out_dir: Path | 
     ds_text = ""
     if plan.uses_deepspeed:
         ds_cfg, s = deepspeed_config.build(s, plan.data_parallel_size, n.explicit, diags, base_dir,
-                                           model_facts.nvme_bytes(s, plan))
+                                           model_facts.nvme_bytes(s, plan, base_dir=base_dir))
         # The raw config may set the stage and the batch factors: the plan follows them.
         plan.strategy = f"zero{s.deepspeed.zero_stage}"
-        plan.global_batch_size = ds_cfg.get("train_batch_size", plan.global_batch_size)
+        plan.global_batch_size = (s.training.micro_batch_size * s.training.gradient_accumulation_steps
+                                  * plan.data_parallel_size)
         ds_text = emit.render_json(ds_cfg)
 
     base_cfg: dict[str, Any] = {}
     if s.accelerate.base:
         base_cfg = _load_base(s.accelerate.base, base_dir, diags)
 
-    model_facts.check(s, plan, diags)
+    model_facts.check(s, plan, diags, base_dir)
 
     if not diags.ok:
         return result
 
-    ours = emit.accelerate_config(s, plan, out_dir / emit.DEEPSPEED_JSON if ds_text else None)
+    ds_path = _deepspeed_path(out_dir, base_dir) if ds_text else None
+    ours = emit.accelerate_config(s, plan, ds_path)
     cfg = emit.merge_base(base_cfg, ours, plan, diags) if base_cfg else ours
     files = {emit.ACCELERATE_YAML: emit.render_yaml(cfg)}
     if ds_text:
         files[emit.DEEPSPEED_JSON] = ds_text
-    files[emit.MANIFEST_JSON] = emit.render_json(emit.manifest(s, plan, src.path, src.text, files, diags))
+    files[emit.MANIFEST_JSON] = emit.render_json(emit.manifest(s, plan, _relative_settings_file(src, out_dir), src.text, files, diags))
     result.settings, result.files = s, files
     return result
+
+
+def _deepspeed_path(out_dir: Path, base_dir: Path) -> str:
+    """deepspeed.json as accelerate.yaml names it: relative to the project directory (where the
+    settings file is, and where `accelerate launch --config_file build/accelerate.yaml` and tuner
+    run start), so the build works wherever the project is copied. A build written outside the
+    project cannot travel with it; it names the file by absolute path."""
+    path = out_dir / emit.DEEPSPEED_JSON
+    return str(path.relative_to(base_dir)) if path.is_relative_to(base_dir) else str(path)
+
+
+def _relative_settings_file(src: Source, out_dir: Path) -> str | None:
+    """The settings file as the manifest records it: relative to the build directory."""
+    return os.path.relpath(src.path.resolve(), out_dir) if src.path else None
 
 
 def _load_base(text: str, base_dir: Path, diags: Diagnostics) -> dict[str, Any]:

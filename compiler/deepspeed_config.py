@@ -1,9 +1,16 @@
 """Building DeepSpeed's JSON from settings: builder fields and/or a raw config.
 
 The raw ``deepspeed.config`` (DeepSpeed's own structure, as in the seed's manual example)
-wins where it says something; builder fields fill the rest. Everything that DeepSpeed or
-accelerate would otherwise leave as ``"auto"`` is resolved here, because tuner's artefacts
-must be usable by plain DeepSpeed too, where nothing fills an ``"auto"``.
+wins where it says something; builder fields the person set fill the rest. The result is a
+file accelerate users recognise (docs/artefacts.md says what it contains and why):
+
+* an optimizer or scheduler block only when the settings ask for one, or for ZeRO-Offload
+  of the optimizer, where DeepSpeed refuses a client optimizer: then accelerate's own
+  offload template (an AdamW block with "auto" parameters, filled by `DummyOptim`);
+* "auto" stays "auto" wherever accelerate fills it in `prepare` (`deepspeed_rules.ACCELERATE_FILLS`);
+* a key neither the raw config nor a setting the person wrote gives is left out, so DeepSpeed's
+  and accelerate's own defaults apply (no added clipping, pin_memory, aio, bucket sizes);
+* values DeepSpeed's config models refuse are errors here, with the key path.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from . import deepspeed_rules
 from .diagnostics import Diagnostics
 from .settings import Settings
 
@@ -26,16 +34,6 @@ SUPPORTED_OPTIMIZERS = {
 #: Names that are DeepSpeed implementations rather than optimizers; replaced by AdamW.
 REPLACED_OPTIMIZERS = {"cpuadam", "deepspeedcpuadam", "fusedadam", "fused_adam", "cpu_adam"}
 
-#: DeepSpeed's own defaults, used where a config says "auto" for a bucket size that only
-#: accelerate's model-aware prepare would fill.
-_AUTO_BUCKETS = {
-    "reduce_bucket_size": 500_000_000,
-    "stage3_prefetch_bucket_size": 50_000_000,
-    "stage3_param_persistence_threshold": 100_000,
-    # DeepSpeed's shorter aliases for the same fields
-    "prefetch_bucket_size": 50_000_000,
-    "param_persistence_threshold": 100_000,
-}
 _NVME_PARAM_BUFFER = 100_000_000
 _BYTES_PER_GIB = 1024**3
 
@@ -60,64 +58,21 @@ def normalise_optimizer(name: Any, key: str, diags: Diagnostics) -> str | None:
     return None
 
 
-def _pick(raw: dict, raw_key: str, label: str, setting_path: str, setting_value: Any,
-          explicit: set[str], diags: Diagnostics) -> Any:
-    """The raw config's value when it has a concrete one, else the setting's.
-
-    Both given and different is an error: the person said two things.
-    """
-    value = raw.get(raw_key, "auto")
-    if value == "auto" or value is None:
-        return setting_value
-    if setting_path in explicit and value != setting_value:
-        diags.error(f"deepspeed.config.{label}",
-                    f"{label} is {value!r} in the DeepSpeed config but {setting_path} = {setting_value!r}",
-                    f"set it in one place only (remove {label} from deepspeed.config or {setting_path})")
-    return value
-
-
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
-def _derive_batch(total, micro, accum, world: int, t, diags: Diagnostics) -> tuple[int | None, int | None]:
-    """Fill in whichever of micro batch / accumulation is missing, as DeepSpeed does."""
-    for label, value in (("train_batch_size", total), ("train_micro_batch_size_per_gpu", micro),
-                         ("gradient_accumulation_steps", accum)):
-        if value is not None and not _positive_int(value):
-            diags.error(f"deepspeed.config.{label}", f"{label} must be a positive integer, got {value!r}")
-            return None, None
-    if total is not None and (micro is None) != (accum is None):
-        known = micro if micro is not None else accum
-        if total % (known * world):
-            diags.error("deepspeed.config.train_batch_size",
-                        f"train_batch_size {total} is not divisible by {known} x world size {world}",
-                        "make train_batch_size a multiple of the other factors, or remove it")
-            return None, None
-        derived = total // (known * world)
-        label = "gradient_accumulation_steps" if accum is None else "train_micro_batch_size_per_gpu"
-        diags.note(f"deepspeed.config.{label}", f"{label} = {derived}, derived from train_batch_size {total}")
-        return (micro, derived) if accum is None else (derived, accum)
-    if total is not None and micro is None and accum is None:
-        micro = t.micro_batch_size
-        if total % (micro * world) == 0:
-            accum = total // (micro * world)
-            diags.note("deepspeed.config.gradient_accumulation_steps",
-                       f"gradient_accumulation_steps = {accum}, derived from train_batch_size {total}")
-            return micro, accum
-    return (micro if micro is not None else t.micro_batch_size,
-            accum if accum is not None else t.gradient_accumulation_steps)
-
-
 def _check_nvme_path(path_text: str, key: str, need_bytes: int, diags: Diagnostics, base_dir: Path | None) -> str:
+    """Check the swap directory (a relative one against the settings file's directory, which
+    is where tuner run starts DeepSpeed) and return it as written, so the build stays portable."""
     if not path_text:
         diags.error(key, "NVMe offload needs a directory for its swap files",
                     "set deepspeed.nvme_path (offload_param_path) to a directory on a fast local disk")
         return path_text
     path = Path(path_text).expanduser()
-    if not path.is_absolute() and base_dir is not None:
-        path = (base_dir / path)
-    path = Path(os.path.abspath(path))
+    if not path.is_absolute():
+        if base_dir is None:
+            diags.note(key, f"NVMe offload path {path_text} is relative and there is no settings file to resolve "
+                       "it against; it was not checked")
+            return path_text
+        path = base_dir / path
+    path = Path(os.path.normpath(path))
     if not path.is_dir():
         diags.error(key, f"NVMe offload path {path} does not exist or is not a directory",
                     f"create it (mkdir -p {path}) or point deepspeed.nvme_path at an existing directory")
@@ -129,10 +84,15 @@ def _check_nvme_path(path_text: str, key: str, need_bytes: int, diags: Diagnosti
             diags.error(key, f"NVMe offload path {path} has {free / _BYTES_PER_GIB:.1f} GiB free; "
                         f"the offloaded state needs about {need_bytes / _BYTES_PER_GIB:.1f} GiB",
                         "free space there or choose a larger disk")
-        elif not need_bytes:
-            diags.note(key, f"NVMe offload path {path}: {free / _BYTES_PER_GIB:.1f} GiB free "
-                       "(model size unknown, so no free-space check against an estimate)")
-    return str(path)
+    return path_text
+
+
+def _as_int(value: Any) -> int:
+    return int(float(value)) if not isinstance(value, int) else value
+
+
+def _concrete(value: Any) -> bool:
+    return value is not None and value != "auto"
 
 
 def build(s: Settings, world_size: int, explicit: set[str], diags: Diagnostics,
@@ -140,92 +100,200 @@ def build(s: Settings, world_size: int, explicit: set[str], diags: Diagnostics,
     """The DeepSpeed JSON for settings `s`, and `s` with values adopted from a raw config.
 
     `offload_bytes_hint` is the estimator's figure for what NVMe must hold (0 = unknown).
+    `s.training.micro_batch_size` / `gradient_accumulation_steps` come back as the values the
+    run really uses, which is what `tuner run` gives accelerate to fill any "auto".
     """
     raw: dict[str, Any] = copy.deepcopy(s.deepspeed.config) if isinstance(s.deepspeed.config, dict) else {}
-    out: dict[str, Any] = raw
-    t = s.training
-
-    # Batch arithmetic: train_batch_size = micro x accumulation x data-parallel world. As in
-    # DeepSpeed, a missing factor is derived from the other two; all three must agree.
-    factors = []
-    for raw_key, path, value in (("train_micro_batch_size_per_gpu", "training.micro_batch_size", t.micro_batch_size),
-                                 ("gradient_accumulation_steps", "training.gradient_accumulation_steps",
-                                  t.gradient_accumulation_steps)):
-        if raw.get(raw_key, "auto") not in ("auto", None):
-            factors.append(_pick(raw, raw_key, raw_key, path, value, explicit, diags))
-        else:  # a setting the person wrote counts as given; a default lets DeepSpeed's rule derive it
-            factors.append(value if path in explicit else None)
-    micro, accum = factors
-    given = raw.get("train_batch_size", "auto")
-    given = None if given in ("auto", None) else given
-    micro, accum = _derive_batch(given, micro, accum, world_size, t, diags)
-    if micro is None:
+    # A config with only builder fields describes the whole run through the settings; with a
+    # raw config, only what it says and what the person set explicitly is written.
+    builder = not raw
+    zero_raw = raw.get("zero_optimization")
+    if isinstance(zero_raw, dict):
+        for which in ("offload_optimizer", "offload_param"):
+            block = zero_raw.get(which)
+            if isinstance(block, dict) and isinstance(block.get("device"), str):
+                block["device"] = block["device"].strip().lower()  # DeepSpeed's enum is lower-case
+    if not deepspeed_rules.check(raw, "deepspeed.config", diags):
+        return raw, s
+    out = raw
+    if not _batch(out, s, world_size, explicit, builder, diags):
         return out, s
-    expected = micro * accum * world_size
-    if given is not None and given != expected:
+    _precision(out, s, explicit, diags)
+    _clipping(out, s, explicit, diags)
+    zero = _zero(out, s, explicit, builder, diags)
+    if zero is None:
+        return out, s
+    _offload(out, zero, s, zero.get("stage", 0), explicit, diags, base_dir, offload_bytes_hint)
+    _optimizer(out, zero, s, explicit, diags)
+    _scheduler(out, s, explicit, diags)
+    deepspeed_rules.leftover_auto(out, "deepspeed.config", "", diags)
+    return out, s
+
+
+def _batch(out: dict, s: Settings, world: int, explicit: set[str], builder: bool, diags: Diagnostics) -> bool:
+    """train_batch_size = micro x accumulation x data-parallel world, checked where the numbers
+    are known. A concrete value in the raw config sets the run's batch; "auto" stays for
+    accelerate to fill from what tuner run passes it (the settings' values)."""
+    t = s.training
+    total_raw = out.get("train_batch_size")
+    micro_raw = out.get("train_micro_batch_size_per_gpu")
+    accum_raw = out.get("gradient_accumulation_steps")
+    total = _as_int(total_raw) if _concrete(total_raw) else None
+    micro = _as_int(micro_raw) if _concrete(micro_raw) else None
+    accum = _as_int(accum_raw) if _concrete(accum_raw) else None
+    for label, path, value, setting in (("train_micro_batch_size_per_gpu", "training.micro_batch_size", micro,
+                                         t.micro_batch_size),
+                                        ("gradient_accumulation_steps", "training.gradient_accumulation_steps",
+                                         accum, t.gradient_accumulation_steps)):
+        if value is not None and path in explicit and value != setting:
+            diags.error(f"deepspeed.config.{label}",
+                        f"{label} is {value!r} in the DeepSpeed config but {path} = {setting!r}",
+                        f"set it in one place only (remove {label} from deepspeed.config or {path})")
+            return False
+    micro_set = "training.micro_batch_size" in explicit or builder
+    accum_set = "training.gradient_accumulation_steps" in explicit or builder
+    # The factors the run uses. accelerate reads a missing gradient_accumulation_steps as 1.
+    derived_accum = False
+    if accum is None:
+        if accum_set or accum_raw == "auto":
+            accum = t.gradient_accumulation_steps
+        elif total is not None and micro is not None and accum_raw is None:
+            # DeepSpeed derives it from the other two; accelerate would insert 1 instead and
+            # DeepSpeed then refuses the batch, so the derived value is written.
+            if total % (micro * world):
+                diags.error("deepspeed.config.train_batch_size",
+                            f"train_batch_size {total} is not divisible by train_micro_batch_size_per_gpu {micro} "
+                            f"x world size {world}", "make train_batch_size a multiple of the other factors, or remove it")
+                return False
+            accum, derived_accum = total // (micro * world), True
+            diags.note("deepspeed.config.gradient_accumulation_steps",
+                       f"gradient_accumulation_steps = {accum}, derived from train_batch_size {total} as DeepSpeed "
+                       "does (written: accelerate would otherwise assume 1)")
+        else:
+            accum = 1  # accelerate's value for a missing key
+    if micro is None:
+        if total is not None and micro_raw is None and not micro_set:
+            if total % (accum * world):
+                diags.error("deepspeed.config.train_batch_size",
+                            f"train_batch_size {total} is not divisible by gradient_accumulation_steps {accum} "
+                            f"x world size {world}", "make train_batch_size a multiple of the other factors, or remove it")
+                return False
+            micro = total // (accum * world)  # DeepSpeed derives it the same way
+            diags.note("deepspeed.config.train_micro_batch_size_per_gpu",
+                       f"micro batch {micro} per rank, derived from train_batch_size {total} as DeepSpeed does")
+        else:
+            micro = t.micro_batch_size
+    expected = micro * accum * world
+    if total is not None and total != expected:
         diags.error("deepspeed.config.train_batch_size",
-                    f"train_batch_size {given!r} does not equal train_micro_batch_size_per_gpu {micro} "
-                    f"x gradient_accumulation_steps {accum} x world size {world_size} = {expected}",
-                    "remove train_batch_size (tuner computes it), or change the micro batch, "
+                    f"train_batch_size {total!r} does not equal train_micro_batch_size_per_gpu {micro} "
+                    f"x gradient_accumulation_steps {accum} x world size {world} = {expected}",
+                    "remove train_batch_size (accelerate computes it), or change the micro batch, "
                     "the accumulation steps or hardware.num_processes so the product matches")
-    out["train_batch_size"] = expected
-    out["train_micro_batch_size_per_gpu"] = micro
-    out["gradient_accumulation_steps"] = accum
-    if micro != t.micro_batch_size or accum != t.gradient_accumulation_steps:
+        return False
+    # What the file says: the raw config's values as written; the settings' where set.
+    if micro_raw is None and micro_set:
+        out["train_micro_batch_size_per_gpu"] = micro
+    elif micro_raw is None and total is None:
+        out["train_micro_batch_size_per_gpu"] = "auto"  # DeepSpeed needs one of the two; accelerate fills it
+        diags.note("deepspeed.config.train_micro_batch_size_per_gpu",
+                   "no batch size in the DeepSpeed config: 'auto', filled by accelerate from the data loader")
+    if accum_raw is None and (accum_set or derived_accum):
+        out["gradient_accumulation_steps"] = accum
+    if total_raw is None and builder:
+        out["train_batch_size"] = expected
+    if (micro, accum) != (t.micro_batch_size, t.gradient_accumulation_steps):
         diags.note("deepspeed.config", f"micro batch {micro} and accumulation {accum} come from the DeepSpeed config")
         t.micro_batch_size, t.gradient_accumulation_steps = micro, accum
+    return True
 
-    clip_default = s.deepspeed.gradient_clipping if "deepspeed.gradient_clipping" in explicit else t.max_grad_norm
-    clip_path = "deepspeed.gradient_clipping" if "deepspeed.gradient_clipping" in explicit else "training.max_grad_norm"
-    out["gradient_clipping"] = _pick(raw, "gradient_clipping", "gradient_clipping", clip_path, clip_default, explicit, diags)
 
-    # Precision blocks follow training.mixed_precision unless the raw config decides.
+def _precision(out: dict, s: Settings, explicit: set[str], diags: Diagnostics) -> None:
+    """bf16/fp16 follow training.mixed_precision unless the raw config decides. "auto" stays:
+    accelerate fills it from its mixed-precision setting (tuner run passes the settings')."""
+    t = s.training
+    for block in ("bf16", "fp16"):
+        section = out.get(block) or (out.get("bfloat16") if block == "bf16" else None)
+        enabled = section.get("enabled") if isinstance(section, dict) else None
+        if enabled in (True, "true", "True", 1) and t.mixed_precision != block:
+            if "training.mixed_precision" in explicit:
+                diags.error(f"deepspeed.config.{block}.enabled",
+                            f"the DeepSpeed config enables {block} but training.mixed_precision = {t.mixed_precision!r}",
+                            "set the precision in one place only")
+                return
+            diags.note(f"deepspeed.config.{block}", f"mixed precision {block} taken from the DeepSpeed config")
+            t.mixed_precision = block
     mp = t.mixed_precision
-    for block, mode in (("bf16", "bf16"), ("fp16", "fp16")):
-        section = out.get(block)
-        if isinstance(section, dict) and section.get("enabled") not in ("auto", None):
-            if section["enabled"] is True and mp != mode:
-                if "training.mixed_precision" in explicit:
-                    diags.error(f"deepspeed.config.{block}.enabled",
-                                f"the DeepSpeed config enables {block} but training.mixed_precision = {mp!r}",
-                                "set the precision in one place only")
-                else:
-                    diags.note(f"deepspeed.config.{block}", f"mixed precision {mode} taken from the DeepSpeed config")
-                    t.mixed_precision = mp = mode
-    for block, mode in (("bf16", "bf16"), ("fp16", "fp16")):
-        section = out.setdefault(block, {})
-        if not isinstance(section, dict):
-            diags.error(f"deepspeed.config.{block}", f"{block} must be an object")
-            continue
-        section["enabled"] = mp == mode
+    if mp not in ("bf16", "fp16"):
+        return
+    key = "bfloat16" if mp == "bf16" and "bfloat16" in out and "bf16" not in out else mp
+    section = out.setdefault(key, {})
+    if section.get("enabled") == "auto":
+        diags.note(f"deepspeed.config.{key}.enabled", f"'auto': accelerate fills it from its mixed precision "
+                   f"(tuner run passes {mp}; with accelerate launch, pass --mixed_precision {mp})")
+    elif "enabled" not in section:
+        section["enabled"] = True
 
-    zero = out.setdefault("zero_optimization", {})
-    if not isinstance(zero, dict):
-        diags.error("deepspeed.config.zero_optimization", "zero_optimization must be an object")
-        return out, s
-    stage = _pick(zero, "stage", "zero_optimization.stage", "deepspeed.zero_stage", s.deepspeed.zero_stage, explicit, diags)
-    if stage not in (0, 1, 2, 3):
-        diags.error("deepspeed.config.zero_optimization.stage", f"ZeRO stage must be 0, 1, 2 or 3, got {stage!r}")
-        stage = s.deepspeed.zero_stage
-    zero["stage"] = stage
-    s.deepspeed.zero_stage = stage
-    for key, default in _AUTO_BUCKETS.items():
-        if zero.get(key) == "auto":
-            zero[key] = default
-            diags.note(f"deepspeed.config.zero_optimization.{key}", f"resolved 'auto' to DeepSpeed's default {default}")
+
+def _clipping(out: dict, s: Settings, explicit: set[str], diags: Diagnostics) -> None:
+    """Written only when the raw config or a setting the person wrote asks: DeepSpeed's
+    default is no clipping."""
+    if "deepspeed.gradient_clipping" in explicit:
+        path, value = "deepspeed.gradient_clipping", s.deepspeed.gradient_clipping
+    elif "training.max_grad_norm" in explicit:
+        path, value = "training.max_grad_norm", s.training.max_grad_norm
+    else:
+        return
+    if "gradient_clipping" in out and out["gradient_clipping"] != "auto" and float(out["gradient_clipping"]) != value:
+        diags.error("deepspeed.config.gradient_clipping",
+                    f"gradient_clipping is {out['gradient_clipping']!r} in the DeepSpeed config but {path} = {value!r}",
+                    f"set it in one place only (remove gradient_clipping from deepspeed.config or {path})")
+    elif "gradient_clipping" not in out:
+        out["gradient_clipping"] = value
+
+
+def _zero(out: dict, s: Settings, explicit: set[str], builder: bool, diags: Diagnostics) -> dict | None:
+    ds = s.deepspeed
+    zero = out.get("zero_optimization")
+    if zero is None:
+        zero = out["zero_optimization"] = {}
+    stage = zero.get("stage")
+    if stage is None:
+        if builder or "deepspeed.zero_stage" in explicit:
+            zero["stage"] = stage = ds.zero_stage
+        else:  # written: accelerate refuses a DeepSpeed config without a zero_optimization block
+            zero["stage"] = stage = 0
+            diags.note("deepspeed.config.zero_optimization.stage", "no ZeRO stage in the DeepSpeed config: "
+                       "DeepSpeed's default, stage 0, applies")
+    elif "deepspeed.zero_stage" in explicit and stage != ds.zero_stage:
+        diags.error("deepspeed.config.zero_optimization.stage",
+                    f"zero_optimization.stage is {stage!r} in the DeepSpeed config but deepspeed.zero_stage = {ds.zero_stage!r}",
+                    "set it in one place only")
+        return None
+    ds.zero_stage = stage
+    hidden = [k for k in ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+                          "prefetch_bucket_size", "param_persistence_threshold") if zero.get(k) == "auto"]
+    if hidden and s.model.family == "diffusion":
+        diags.error(f"deepspeed.config.zero_optimization.{hidden[0]}",
+                    "accelerate fills these 'auto' bucket sizes from model.config.hidden_size, which diffusion "
+                    f"models do not have, so prepare would fail: {', '.join(hidden)}", "write numbers for them")
+    for short in ("prefetch_bucket_size", "param_persistence_threshold"):
+        if zero.get(short) == "auto" and f"stage3_{short}" not in zero:
+            # DeepSpeed knows the field under both names; accelerate fills only the stage3_ one.
+            zero[f"stage3_{short}"] = zero.pop(short)
+            diags.note(f"deepspeed.config.zero_optimization.{short}", f"written as stage3_{short} (the same "
+                       "DeepSpeed field), the name under which accelerate fills 'auto'")
     if stage == 3:
-        # DeepSpeed knows this field under two names; write one, never both.
         names = ("gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save")
-        name = next((n for n in names if n in zero), names[1])
-        if zero.get(name, "auto") == "auto":
-            zero[name] = s.deepspeed.gather_16bit_weights_on_model_save
-
-    _offload(out, zero, s, stage, explicit, diags, base_dir, offload_bytes_hint)
-    _optimizer_and_scheduler(out, s, diags)
-    out.setdefault("steps_per_print", 1_000_000)  # tuner prints its own progress
-    out.setdefault("wall_clock_breakdown", False)
-    _reject_leftover_auto(out, "deepspeed.config", diags)
-    return out, s
+        if not any(n in zero for n in names):
+            if builder or "deepspeed.gather_16bit_weights_on_model_save" in explicit:
+                zero[names[1]] = ds.gather_16bit_weights_on_model_save
+            elif s.checkpoint.export:
+                diags.warning("deepspeed.config.zero_optimization.stage3_gather_16bit_weights_on_model_save",
+                              "unset, so DeepSpeed's default (false) applies and tuner run cannot export a full "
+                              "model at the end of a ZeRO-3 run",
+                              "set it to true in the DeepSpeed config, or checkpoint.export = false")
+    return zero
 
 
 def _offload(out, zero, s: Settings, stage: int, explicit, diags, base_dir, offload_bytes_hint) -> None:
@@ -233,18 +301,14 @@ def _offload(out, zero, s: Settings, stage: int, explicit, diags, base_dir, offl
     for which, builder_device in (("offload_optimizer", ds.offload_optimizer), ("offload_param", ds.offload_param)):
         block = zero.get(which)
         if block is None and builder_device != "none":
-            block = zero[which] = {"device": builder_device, "pin_memory": ds.pin_memory}
-        if block is None:
-            continue
+            block = zero[which] = {"device": builder_device}
+            out["zero_optimization"] = zero
+            if "deepspeed.pin_memory" in explicit:
+                block["pin_memory"] = ds.pin_memory
         if not isinstance(block, dict):
-            diags.error(f"deepspeed.config.zero_optimization.{which}", f"{which} must be an object with a 'device'")
             continue
-        device = str(block.get("device", "none")).lower()
-        block["device"] = device
+        device = str(block.get("device", "none"))
         key = f"deepspeed.{which}"
-        if device not in ("none", "cpu", "nvme"):
-            diags.error(key, f"{which}.device must be none, cpu or nvme, got {device!r}")
-            continue
         if device == "none":
             continue
         if which == "offload_param" and stage != 3:
@@ -263,18 +327,11 @@ def _offload(out, zero, s: Settings, stage: int, explicit, diags, base_dir, offl
                 diags.error(key, f"NVMe offload needs ZeRO stage 3 (stage is {stage})", "set deepspeed.zero_stage = 3 or offload to cpu")
             block["nvme_path"] = _check_nvme_path(str(block.get("nvme_path") or ds.nvme_path), "deepspeed.nvme_path",
                                                   offload_bytes_hint, diags, base_dir)
-            if which == "offload_param":
-                if not block.get("buffer_size"):
-                    block["buffer_size"] = ds.buffer_size or max(_NVME_PARAM_BUFFER, offload_bytes_hint // 64)
-                    diags.note("deepspeed.buffer_size", f"NVMe parameter buffer size chosen: {block['buffer_size']}")
-                block.setdefault("buffer_count", 5)
-                block.setdefault("max_in_cpu", 1_000_000_000)
-            else:
-                block.setdefault("buffer_count", 4)
-                block.setdefault("fast_init", False)
-            out.setdefault("aio", {"block_size": 1_048_576, "queue_depth": 8, "thread_count": 1,
-                                   "single_submit": False, "overlap_events": True})
-        block.setdefault("pin_memory", ds.pin_memory)
+            if which == "offload_param" and not block.get("buffer_size"):
+                size = ds.buffer_size or offload_bytes_hint // 64
+                if size > _NVME_PARAM_BUFFER:  # DeepSpeed's default, too small for the largest parameter
+                    block["buffer_size"] = size
+                    diags.note("deepspeed.buffer_size", f"NVMe parameter buffer size chosen: {size}")
         for k in ("buffer_size", "buffer_count", "max_in_cpu"):
             if isinstance(block.get(k), float) and block[k].is_integer():
                 block[k] = int(block[k])
@@ -284,59 +341,65 @@ def _offload(out, zero, s: Settings, stage: int, explicit, diags, base_dir, offl
             ds.offload_param = device
 
 
-def _optimizer_and_scheduler(out, s: Settings, diags) -> None:
+#: training.optimizer -> the DeepSpeed optimizer type that runs it on offloaded (CPU) state.
+_OFFLOAD_OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam"}
+
+
+def _optimizer(out: dict, zero: dict, s: Settings, explicit: set[str], diags: Diagnostics) -> None:
     t = s.training
     opt = out.get("optimizer")
-    if opt is None:
-        name = normalise_optimizer(s.deepspeed.optimizer, "deepspeed.optimizer", diags) or "AdamW"
-        opt = out["optimizer"] = {"type": name, "params": {}}
-        diags.note("deepspeed.optimizer", f"DeepSpeed optimizer: {name} (lr {t.learning_rate})")
-    elif not isinstance(opt, dict) or "type" not in opt:
-        diags.error("deepspeed.config.optimizer", "optimizer must be an object with a 'type'")
-        return
-    else:
+    offload = str((zero.get("offload_optimizer") or {}).get("device", "none")) != "none"
+    if opt is not None:
         opt["type"] = normalise_optimizer(opt["type"], "deepspeed.config.optimizer.type", diags) or opt["type"]
+    elif "deepspeed.optimizer" in explicit:
+        name = normalise_optimizer(s.deepspeed.optimizer, "deepspeed.optimizer", diags) or "AdamW"
+        opt = out["optimizer"] = {"type": name, "params": {"lr": "auto", "weight_decay": "auto"}}
+        diags.note("deepspeed.optimizer", f"DeepSpeed optimizer {name}; its lr and weight_decay are 'auto', "
+                   "filled by accelerate (tuner run passes training.learning_rate and weight_decay)")
+    elif offload and out.get("zero_force_ds_cpu_optimizer", True) is not False:
+        # DeepSpeed refuses a client optimizer with ZeRO-Offload; accelerate's own offload
+        # templates name one with "auto" parameters, and scripts pass DummyOptim.
+        name = _OFFLOAD_OPTIMIZERS.get(t.optimizer)
+        if name is None:
+            diags.error("training.optimizer", f"ZeRO-Offload runs the optimizer with DeepSpeed's CPU kernels, "
+                        f"which have no {t.optimizer!r}", "use training.optimizer = 'adamw' or 'adam', or set "
+                        "deepspeed.optimizer to a DeepSpeed optimizer")
+            return
+        opt = out["optimizer"] = {"type": name, "params": {"lr": "auto", "weight_decay": "auto"}}
+        diags.note("deepspeed.config.optimizer", f"{name} with 'auto' parameters, as in accelerate's ZeRO-Offload "
+                   "templates: DeepSpeed refuses a client optimizer with optimizer offload, so scripts pass "
+                   "accelerate's DummyOptim (tuner run does)")
+    if opt is None:
+        return
     params = opt.setdefault("params", {})
-    fills = {"lr": t.learning_rate, "weight_decay": t.weight_decay}
-    if opt["type"] in ("AdamW", "Adam"):
-        fills.update(betas=[0.9, 0.999], eps=1e-8)
-    for key, value in fills.items():
-        if params.get(key, "auto") == "auto":
+    for key, value in (("betas", [0.9, 0.999]), ("eps", 1e-8)):
+        if params.get(key) == "auto":
+            # The HF Trainer fills these; accelerate does not, and DeepSpeed would get "auto".
             params[key] = value
-    if (opt["type"] in ("AdamW", "Adam") and s.deepspeed.offload_optimizer == "none"
-            and s.hardware.platform == "cpu"):
-        # DeepSpeed's default Adam kernel is FusedAdam (CUDA); on CPU use torch's.
+            diags.note(f"deepspeed.config.optimizer.params.{key}", f"'auto' filled with {value} (the HF Trainer's and "
+                       "torch's default): accelerate does not fill it")
+    if (opt["type"] in ("AdamW", "Adam") and not offload and s.hardware.platform == "cpu"):
+        # DeepSpeed's default Adam kernel is FusedAdam (CUDA); on a CPU target use torch's.
         params.setdefault("torch_adam", True)
 
+
+#: The "auto" parameters accelerate fills for each of DeepSpeed's schedulers.
+_SCHEDULER_AUTO = {
+    "WarmupLR": ("warmup_min_lr", "warmup_max_lr", "warmup_num_steps"),
+    "WarmupDecayLR": ("warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "total_num_steps"),
+    "WarmupCosineLR": ("warmup_num_steps", "total_num_steps"),
+}
+
+
+def _scheduler(out: dict, s: Settings, explicit: set[str], diags: Diagnostics) -> None:
     sched = out.get("scheduler")
+    if sched is None and "deepspeed.scheduler" in explicit:
+        name = s.deepspeed.scheduler
+        sched = out["scheduler"] = {"type": name, "params": {k: "auto" for k in _SCHEDULER_AUTO.get(name, ())}}
     if sched is None:
-        sched = out["scheduler"] = {"type": s.deepspeed.scheduler, "params": {}}
-    if not isinstance(sched, dict) or "type" not in sched:
-        diags.error("deepspeed.config.scheduler", "scheduler must be an object with a 'type'")
         return
-    p = sched.setdefault("params", {})
-    fills = {"warmup_min_lr": 0, "warmup_max_lr": t.learning_rate, "warmup_num_steps": max(1, t.warmup_steps),  # DeepSpeed refuses 0
-             "warmup_type": "linear"}
-    if sched["type"] in ("WarmupDecayLR", "WarmupCosineLR"):
-        fills["total_num_steps"] = t.max_steps
-        if sched["type"] == "WarmupCosineLR":
-            fills = {"total_num_steps": t.max_steps, "warmup_num_steps": max(1, t.warmup_steps)}
-        if not t.max_steps and p.get("total_num_steps", "auto") == "auto":
-            diags.error("training.max_steps", f"scheduler {sched['type']} needs a total step count",
-                        "set training.max_steps (max_train_steps)")
-    if sched["type"] in ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR"):
-        for key, value in fills.items():
-            if p.get(key, "auto") == "auto":
-                p[key] = value
-
-
-def _reject_leftover_auto(node: Any, path: str, diags: Diagnostics) -> None:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            _reject_leftover_auto(value, f"{path}.{key}", diags)
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            _reject_leftover_auto(value, f"{path}[{i}]", diags)
-    elif node == "auto":
-        diags.error(path, "'auto' here would reach DeepSpeed unresolved: nothing fills it for this key",
-                    "write a concrete value")
+    severity = diags.warning if "training.lr_scheduler" in explicit else diags.note
+    severity("deepspeed.config.scheduler",
+             f"the DeepSpeed config's scheduler {sched.get('type')} sets the learning rate; "
+             f"training.lr_scheduler = {s.training.lr_scheduler!r} is not used",
+             "remove the scheduler from the DeepSpeed config (and deepspeed.scheduler) to use training.lr_scheduler")

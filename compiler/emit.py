@@ -27,7 +27,7 @@ from .settings import Settings
 ACCELERATE_YAML = "accelerate.yaml"
 DEEPSPEED_JSON = "deepspeed.json"
 MANIFEST_JSON = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: settings_file and deepspeed_config_file are relative paths
 
 #: Keys accelerate refuses in `deepspeed_config` beside a `deepspeed_config_file`.
 DS_KEYS_FORBIDDEN_WITH_FILE = (
@@ -72,7 +72,9 @@ def fsdp_block(s: Settings) -> dict[str, Any]:
     return block
 
 
-def accelerate_config(s: Settings, plan: Plan, deepspeed_path: Path | None) -> dict[str, Any]:
+def accelerate_config(s: Settings, plan: Plan, deepspeed_path: str | None) -> dict[str, Any]:
+    """`deepspeed_path` is written as given: relative to the project directory (where
+    `accelerate launch --config_file build/accelerate.yaml` is run from)."""
     hw = s.hardware
     cfg: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
@@ -101,7 +103,7 @@ def accelerate_config(s: Settings, plan: Plan, deepspeed_path: Path | None) -> d
         assert deepspeed_path is not None
         del cfg["mixed_precision"]
         cfg["deepspeed_config"] = {
-            "deepspeed_config_file": str(deepspeed_path),
+            "deepspeed_config_file": deepspeed_path,
             "zero3_init_flag": bool(s.deepspeed.zero3_init and s.deepspeed.zero_stage == 3),
         }
         if hw.num_machines > 1:
@@ -184,12 +186,12 @@ def tool_versions() -> dict[str, str]:
     return out
 
 
-def manifest(s: Settings, plan: Plan, settings_file: Path | None, settings_text: str,
+def manifest(s: Settings, plan: Plan, settings_file: str | None, settings_text: str,
              artefacts: dict[str, str], diags: Diagnostics) -> dict[str, Any]:
     hw = s.hardware
     return {
         "manifest_version": MANIFEST_VERSION,
-        "settings_file": str(settings_file) if settings_file else None,
+        "settings_file": settings_file,  # relative to the build directory
         "settings_sha256": sha256(settings_text),
         "settings": s.to_dict(),
         "plan": plan.to_dict(),

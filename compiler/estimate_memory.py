@@ -102,6 +102,10 @@ def _raw_zero(s: Settings) -> dict[str, Any]:
     return zero if isinstance(zero, dict) else {}
 
 
+def _table(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _num(value: Any, default: int) -> int:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
@@ -130,8 +134,9 @@ def options_for(s: Settings, strategy: str, world: int, ranks_per_host: int,
                            mixed_precision=s.training.mixed_precision,
                            optimizer_bytes=_optimizer_bytes(s, base.startswith("zero")))
     if base.startswith("zero"):
-        off_opt = str((zero.get("offload_optimizer") or {}).get("device", ds.offload_optimizer)).lower()
-        off_par = str((zero.get("offload_param") or {}).get("device", ds.offload_param)).lower()
+        # A raw block of the wrong type is a compile error; the estimate still must not crash.
+        off_opt = str(_table(zero.get("offload_optimizer")).get("device", ds.offload_optimizer)).lower()
+        off_par = str(_table(zero.get("offload_param")).get("device", ds.offload_param)).lower()
         opts.reduce_bucket = _num(zero.get("reduce_bucket_size"), DS_REDUCE_BUCKET)
         opts.prefetch_bucket = _num(zero.get("stage3_prefetch_bucket_size"), DS_PREFETCH_BUCKET)
         opts.persistence_threshold = _num(zero.get("stage3_param_persistence_threshold"), DS_PERSISTENCE_THRESHOLD)

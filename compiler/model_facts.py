@@ -125,14 +125,14 @@ def _check_fit(s: Settings, plan: Plan, diags: Diagnostics, base_dir: Path | Non
                       _estimate.host_advice(c, est.host_capacity) + "; see `tuner estimate` for the table")
 
 
-def check(s: Settings, plan: Plan, diags: Diagnostics) -> None:
-    base_dir = _base_dir(diags)
+def check(s: Settings, plan: Plan, diags: Diagnostics, base_dir: Path | None = None) -> None:
+    base_dir = base_dir or _base_dir(diags)
     _check_wrap_classes(s, diags, base_dir)
     _check_fit(s, plan, diags, base_dir)
 
 
-def nvme_bytes(s: Settings, plan: Plan, diags: Diagnostics | None = None) -> int:
+def nvme_bytes(s: Settings, plan: Plan, diags: Diagnostics | None = None, base_dir: Path | None = None) -> int:
     try:
-        return _estimate.nvme_bytes_per_host(s, plan, _base_dir(diags))
+        return _estimate.nvme_bytes_per_host(s, plan, base_dir or _base_dir(diags))
     except (ValueError, TypeError, OSError, ZeroDivisionError):
         return 0

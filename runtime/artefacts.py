@@ -6,11 +6,13 @@ module has no torch import, so `tuner run` can report a bad build directory at o
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuner.compiler.emit import MANIFEST_VERSION
 from tuner.compiler.rules import Plan
 from tuner.compiler.settings import Settings
 
@@ -55,9 +57,11 @@ class Artefacts:
 
     @property
     def base_dir(self) -> Path:
-        """Directory that relative paths in the settings are resolved against."""
+        """The project directory: where the settings file is (the manifest records it relative
+        to the build directory, so a copied project still finds it). Relative paths in the
+        settings and in the artefacts resolve against it, never against the working directory."""
         sf = self.manifest.get("settings_file")
-        return Path(sf).resolve().parent if sf else self.build_dir.resolve().parent
+        return (self.build_dir / sf).resolve().parent if sf else self.build_dir.resolve().parent
 
     @property
     def output_dir(self) -> Path:
@@ -89,4 +93,28 @@ def load(build_dir: Path) -> Artefacts:
         raise RunError(f"{arts.accelerate_yaml} is missing; recompile with `tuner compile`")
     if plan.uses_deepspeed and not (build_dir / DEEPSPEED_JSON).is_file():
         raise RunError(f"{build_dir / DEEPSPEED_JSON} is missing; recompile with `tuner compile`")
+    check_unchanged(arts)
     return arts
+
+
+def check_unchanged(arts: Artefacts) -> None:
+    """Refuse a build from another manifest version, or whose artefacts were edited after
+    `tuner compile` wrote them: the manifest (and every check behind it) describes the
+    files as compiled, so an edited file would run unchecked."""
+    fix = "re-run `tuner compile` on the settings file (change the settings, not the build)"
+    version = arts.manifest.get("manifest_version")
+    if version != MANIFEST_VERSION:
+        raise RunError(f"{arts.build_dir / MANIFEST} has manifest_version {version!r}; this tuner reads "
+                       f"version {MANIFEST_VERSION}: {fix}")
+    recorded = arts.manifest.get("artefacts") or {}
+    for name in (ACCELERATE_YAML, DEEPSPEED_JSON):
+        path = arts.build_dir / name
+        if name not in recorded:
+            continue
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as exc:
+            raise RunError(f"cannot read {path}: {exc.strerror or exc}; {fix}") from None
+        if digest != recorded[name]:
+            raise RunError(f"{path} was changed after `tuner compile` wrote it (its sha256 differs from "
+                           f"the manifest's); {fix}")

@@ -69,8 +69,9 @@ def export_checkpoint(path: Path, out_dir: Path) -> Path:
     if "settings" not in manifest:
         raise RunError(f"{path / ckpt.META} carries no run manifest; cannot tell which model it holds")
     settings = Settings.from_dict(manifest["settings"])
-    sf = manifest.get("settings_file")
-    base_dir = Path(sf).resolve().parent if sf else path.resolve().parent
+    # The trainer records the project directory beside the manifest (whose settings_file is
+    # relative to the build directory, which a checkpoint does not know).
+    base_dir = Path(manifest["project_dir"]) if manifest.get("project_dir") else path.resolve().parent
     fam = get_family(meta.family)(FamilyContext(settings=settings, base_dir=base_dir, seed=settings.training.seed))
     state = full_state_dict(path, meta)
     out_dir = Path(out_dir)

@@ -15,6 +15,7 @@ process-group timeout, and exit when their launcher disappears (worker's orphan 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -83,13 +84,20 @@ def use_gpu_launcher(arts: Artefacts) -> bool:
 
 
 def launch(arts: Artefacts, resume: str = "", max_steps: int | None = None) -> int:
-    """Run every rank of this machine to the end; returns the exit status for `tuner run`."""
-    if use_gpu_launcher(arts):
-        return _launch_accelerate(arts, resume, max_steps)
-    if arts.plan.platform not in ("cpu",) and arts.plan.platform != "auto":
-        print(f"tuner run: the artefacts target {arts.plan.platform} but no GPU is visible; "
-              f"running on CPU gloo ranks instead", file=sys.stderr)
-    return _launch_cpu(arts, resume, max_steps)
+    """Run every rank of this machine to the end; returns the exit status for `tuner run`.
+
+    Ranks start in the project directory (where the settings file is): the artefacts name
+    deepspeed.json and NVMe swap paths relative to it, as `accelerate launch --config_file
+    build/accelerate.yaml` run from the project root reads them."""
+    if resume and os.path.exists(resume):
+        resume = os.path.abspath(resume)  # given relative to the caller's working directory
+    with contextlib.chdir(arts.base_dir):
+        if use_gpu_launcher(arts):
+            return _launch_accelerate(arts, resume, max_steps)
+        if arts.plan.platform not in ("cpu",) and arts.plan.platform != "auto":
+            print(f"tuner run: the artefacts target {arts.plan.platform} but no GPU is visible; "
+                  f"running on CPU gloo ranks instead", file=sys.stderr)
+        return _launch_cpu(arts, resume, max_steps)
 
 
 def _launch_accelerate(arts: Artefacts, resume: str, max_steps: int | None) -> int:

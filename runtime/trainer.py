@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import shutil
 import time
@@ -33,20 +32,15 @@ from .progress import Reporter
 PG_TIMEOUT_S = float(os.environ.get("TUNER_PG_TIMEOUT", "300"))
 
 
-def lr_lambda(kind: str, warmup: int, total: int):
-    """LR multiplier at optimizer step `i` (0-based): linear warmup, then constant/linear/cosine to 0."""
+def lr_schedule(kind: str, optimizer, warmup: int, total: int):
+    """The settings' LR schedule, built by transformers (`get_scheduler`: constant, linear,
+    cosine, polynomial, constant_with_warmup, ...). tuner's "constant" has always warmed up
+    first when warmup_steps is set: that is transformers' "constant_with_warmup"."""
+    from transformers import get_scheduler
 
-    def f(i: int) -> float:
-        if warmup and i < warmup:
-            return (i + 1) / warmup
-        if kind == "constant" or total <= warmup:
-            return 1.0
-        progress = min(1.0, (i - warmup) / max(1, total - warmup))
-        if kind == "linear":
-            return 1.0 - progress
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return f
+    if kind == "constant" and warmup:
+        kind = "constant_with_warmup"
+    return get_scheduler(kind, optimizer, num_warmup_steps=warmup, num_training_steps=max(1, total))
 
 
 class Trainer:
@@ -87,6 +81,8 @@ class Trainer:
                 deepspeed.init_distributed(dist_backend=backend, timeout=timeout, auto_mpi_discovery=False)
         acc_kwargs: dict[str, Any] = dict(
             gradient_accumulation_steps=self.s.training.gradient_accumulation_steps,
+            # fills a bf16/fp16 "auto" in deepspeed.json; concrete values there win
+            mixed_precision=self.s.training.mixed_precision if self.is_ds else None,
             step_scheduler_with_optimizer=False,  # one scheduler step per optimizer step, stepped below
             dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=self.s.training.seed),
             kwargs_handlers=[InitProcessGroupKwargs(timeout=timeout)],
@@ -148,6 +144,9 @@ class Trainer:
         self.total_steps = t.max_steps if t.max_steps > 0 else per_epoch * t.num_epochs
         if self.max_steps_override is not None:
             self.total_steps = self.max_steps_override
+        # deepspeed.json names an optimizer only when the settings ask for one, or for
+        # ZeRO-Offload (DeepSpeed runs its CPU Adam there): then accelerate's DummyOptim
+        # pattern, and accelerate fills the block's "auto" lr / weight_decay from it.
         if "optimizer" in ds_cfg:
             opt = DummyOptim(params, lr=t.learning_rate, weight_decay=t.weight_decay)
         elif t.optimizer == "sgd":
@@ -157,9 +156,15 @@ class Trainer:
         else:
             opt = torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=t.weight_decay)
         if "scheduler" in ds_cfg:
-            sched = DummyScheduler(opt, total_num_steps=self.total_steps, warmup_num_steps=t.warmup_steps)
+            # The JSON's scheduler wins (compile said so). accelerate divides total_num_steps
+            # by the number of processes (it expects a count over the unsharded data).
+            sched = DummyScheduler(opt, total_num_steps=self.total_steps * self.world, warmup_num_steps=t.warmup_steps)
+        elif isinstance(opt, DummyOptim):
+            # DeepSpeed builds the optimizer; it calls this with it to build the schedule.
+            sched = DummyScheduler(opt, lr_scheduler_callable=lambda o: lr_schedule(
+                t.lr_scheduler, o, t.warmup_steps, self.total_steps))
         else:
-            sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(t.lr_scheduler, t.warmup_steps, self.total_steps))
+            sched = lr_schedule(t.lr_scheduler, opt, t.warmup_steps, self.total_steps)
         return opt, sched
 
     def _batches_per_rank(self) -> int:
@@ -315,7 +320,7 @@ class Trainer:
             meta = ckpt.CheckpointMeta(step=self.step, strategy=self.strategy, state_dict_type=self._state_dict_type(),
                                        world_size=self.world, epoch=self.epoch, batches_in_epoch=self.batches_in_epoch,
                                        tokens_seen=self.tokens_seen, family=self.s.model.family,
-                                       manifest=self.arts.manifest)
+                                       manifest={**self.arts.manifest, "project_dir": str(self.arts.base_dir)})
             final = ckpt.publish(self.ckdir, tmp, meta)
             ckpt.prune(self.ckdir, self.s.checkpoint.keep_last)
             self.reporter.message(f"checkpoint saved: {final}")

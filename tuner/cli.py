@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="output directory (default: build/ beside the settings)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="diagnostics format")
     p.add_argument("--quiet", "-q", action="store_true", help="print errors and warnings only")
+    p.add_argument("--verify", action="store_true",
+                   help="after writing, have accelerate's loader and launcher and DeepSpeed's DeepSpeedConfig "
+                        "check the build (in a subprocess; needs accelerate, torch and deepspeed installed)")
     _add_overrides(p)
 
     p = sub.add_parser("import", help="turn an accelerate YAML, DeepSpeed JSON or flat config into settings.toml")

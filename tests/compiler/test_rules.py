@@ -78,8 +78,9 @@ def test_deepspeed_batch_arithmetic_is_resolved():
                  "[deepspeed]\nenabled = true\n[deepspeed.config]\ntrain_batch_size = 'auto'\n")
     assert r.ok
     ds = json.loads(r.deepspeed_json)
-    assert (ds["train_batch_size"], ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (24, 3, 2)
-    assert "auto" not in r.deepspeed_json
+    # "auto" stays for accelerate to fill; the settings' factors are written and checked.
+    assert (ds["train_batch_size"], ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == ("auto", 3, 2)
+    assert r.plan.global_batch_size == 24
 
 
 def test_deepspeed_batch_mismatch_names_every_factor():
@@ -118,12 +119,50 @@ def test_unknown_optimizer_is_refused_with_the_supported_list():
         assert name in err.fix
 
 
-def test_deepspeed_defaults_are_adamw_and_warmuplr():
+def test_deepspeed_json_has_no_optimizer_or_scheduler_unless_asked():
     r = compile_("learning_rate = 2e-4\nwarmup_steps = 7\n[deepspeed]\nenabled = true\n")
     ds = json.loads(r.deepspeed_json)
-    assert ds["optimizer"]["type"] == "AdamW" and ds["optimizer"]["params"]["lr"] == 2e-4
-    assert ds["scheduler"] == {"type": "WarmupLR", "params": {
-        "warmup_min_lr": 0, "warmup_max_lr": 2e-4, "warmup_num_steps": 7, "warmup_type": "linear"}}
+    assert "optimizer" not in ds and "scheduler" not in ds  # tuner run builds them in code
+    # nothing that changes behaviour is added: no clipping, no pin_memory, no print interval
+    assert set(ds) == {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                       "zero_optimization"}
+    asked = compile_("platform = 'cuda'\nlr_scheduler = 'cosine'\n[deepspeed]\nenabled = true\noptimizer = 'AdamW'\n"
+                     "scheduler = 'WarmupDecayLR'\n")
+    ds = json.loads(asked.deepspeed_json)
+    assert ds["optimizer"] == {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}}
+    assert ds["scheduler"] == {"type": "WarmupDecayLR", "params": dict.fromkeys(
+        ("warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "total_num_steps"), "auto")}
+    (wins,) = [d for d in asked.diagnostics.items if d.key == "deepspeed.config.scheduler"]
+    assert wins.severity == "warning" and "WarmupDecayLR" in wins.message and "'cosine'" in wins.message
+
+
+def test_zero_offload_names_accelerates_auto_optimizer():
+    r = compile_("platform = 'cuda'\n[deepspeed]\nenabled = true\noffload_optimizer = 'cpu'\n")
+    ds = json.loads(r.deepspeed_json)
+    assert ds["optimizer"] == {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}}
+    assert "scheduler" not in ds and ds["zero_optimization"]["offload_optimizer"] == {"device": "cpu"}
+    sgd = compile_("optimizer = 'sgd'\n[deepspeed]\nenabled = true\noffload_optimizer = 'cpu'\n")
+    assert any("ZeRO-Offload" in e for e in errors(sgd))
+
+
+def test_auto_and_unset_stay_accelerates_and_deepspeeds():
+    r = compile_("mixed_precision = 'bf16'\n[deepspeed_config]\ngradient_clipping = 'auto'\n"
+                 "bf16 = { enabled = 'auto' }\n"
+                 "zero_optimization = { stage = 3, reduce_bucket_size = 'auto', stage3_prefetch_bucket_size = 'auto' }\n"
+                 "[deepspeed_config.scheduler]\ntype = 'WarmupLR'\nparams = { warmup_num_steps = 'auto' }\n")
+    assert r.ok, errors(r)
+    ds = json.loads(r.deepspeed_json)
+    assert ds["gradient_clipping"] == "auto" and ds["bf16"] == {"enabled": "auto"}
+    assert ds["zero_optimization"]["reduce_bucket_size"] == "auto"
+    assert ds["zero_optimization"]["stage3_prefetch_bucket_size"] == "auto"
+    assert ds["scheduler"]["params"] == {"warmup_num_steps": "auto"}  # no warmup_type added
+    assert ds["train_micro_batch_size_per_gpu"] == "auto"  # no batch keys: accelerate fills from the loader
+    assert "stage3_gather_16bit_weights_on_model_save" not in ds["zero_optimization"]
+    bare = compile_("[deepspeed_config]\ntrain_micro_batch_size_per_gpu = 2\n")
+    ds = json.loads(bare.deepspeed_json)
+    # stage 0 (written: accelerate needs the block), no clipping, fp32: DeepSpeed's defaults
+    assert ds == {"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 0}}
+    assert bare.plan.strategy == "zero0"
 
 
 def test_nvme_path_must_exist(tmp_path):
@@ -147,13 +186,14 @@ def test_nvme_needs_stage_3_and_a_path():
     assert any("needs a directory" in e for e in errs)
 
 
-def test_nvme_buffer_sizes_are_chosen_when_not_given(tmp_path):
+def test_nvme_offload_adds_no_defaults(tmp_path):
     r = compile_("platform='cuda'\n[deepspeed]\nenabled = true\nzero_stage = 3\noffload_param = 'nvme'\n"
                  f"offload_optimizer = 'nvme'\nnvme_path = '{tmp_path}'\n")
     assert r.ok, errors(r)
     zero = json.loads(r.deepspeed_json)["zero_optimization"]
-    assert zero["offload_param"]["buffer_size"] >= 100_000_000 and zero["offload_param"]["buffer_count"] == 5
-    assert zero["offload_optimizer"]["buffer_count"] == 4
+    # DeepSpeed's own defaults (buffer count, size, aio) apply: tuner adds none of them.
+    assert zero["offload_param"] == {"device": "nvme", "nvme_path": str(tmp_path)}
+    assert zero["offload_optimizer"] == {"device": "nvme", "nvme_path": str(tmp_path)}
 
 
 def test_multi_node_needs_an_address_and_consistent_ranks():
@@ -228,3 +268,10 @@ def test_fsdp_cpu_offload_needs_a_gpu_target():
     r = compile_("fsdp_enable = true\nfsdp_offload_params = true\nplatform = 'cpu'\n")
     assert any("FSDP CPU offload moves parameters off the GPU" in e for e in errors(r))
     assert compile_("fsdp_enable = true\nfsdp_offload_params = true\nplatform = 'cuda'\n").ok
+
+
+def test_hidden_size_auto_is_refused_for_models_without_a_hidden_size():
+    r = compile_("[model]\nfamily = 'diffusion'\n[deepspeed_config]\n"
+                 "zero_optimization = { stage = 2, reduce_bucket_size = 'auto' }\n")
+    (err,) = r.diagnostics.errors
+    assert err.key == "deepspeed.config.zero_optimization.reduce_bucket_size" and "hidden_size" in err.message

@@ -89,14 +89,26 @@ def test_clear_offload_cache_removes_only_deepspeed_swap_dirs(tmp_path):
     assert clear_offload_cache(tmp_path / "missing") == []
 
 
-def test_lr_schedule():
-    from tuner.runtime.trainer import lr_lambda
+def test_lr_schedule_is_transformers_get_scheduler():
+    import torch
 
-    f = lr_lambda("linear", 2, 10)
-    assert [round(f(i), 3) for i in (0, 1, 2, 6, 10)] == [0.5, 1.0, 1.0, 0.5, 0.0]
-    c = lr_lambda("cosine", 0, 10)
-    assert c(0) == 1.0 and abs(c(5) - 0.5) < 1e-9 and c(10) == 0.0
-    assert lr_lambda("constant", 3, 10)(9) == 1.0
+    from tuner.runtime.trainer import lr_schedule
+
+    def lrs(kind, warmup, total, steps):
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        sched, out = lr_schedule(kind, opt, warmup, total), []
+        for _ in range(steps):
+            out.append(round(sched.get_last_lr()[0], 3))
+            opt.step()
+            sched.step()
+        return out
+
+    assert lrs("linear", 2, 10, 11) == [0.0, 0.5, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0.0]
+    cos = lrs("cosine", 0, 10, 11)
+    assert cos[0] == 1.0 and cos[5] == 0.5 and cos[10] == 0.0
+    assert lrs("constant", 3, 10, 10) == [0.0, 0.333, 0.667] + [1.0] * 7  # constant after warmup
+    assert lrs("constant", 0, 10, 3) == [1.0] * 3
+    assert lrs("polynomial", 0, 4, 5) == [1.0, 0.75, 0.5, 0.25, 0.0]  # SimpleTuner's name works too
 
 
 def test_missing_build_dir_is_a_clear_error(tmp_path):

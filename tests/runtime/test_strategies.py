@@ -27,8 +27,11 @@ LOGITS_ATOL = 1e-5
 STRATEGIES = {
     "ddp": {},
     "fsdp2": {"fsdp": {"enabled": True, "version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}},
-    "zero2_offload": {"deepspeed": {"enabled": True, "zero_stage": 2, "offload_optimizer": "cpu"}},
-    "zero3": {"deepspeed": {"enabled": True, "zero_stage": 3}},
+    # Under DeepSpeed the settings' LR schedule takes effect (deepspeed.json names no scheduler):
+    # built in code, or handed to DeepSpeed's CPU Adam through DummyScheduler under ZeRO-Offload.
+    "zero2_offload": {"deepspeed": {"enabled": True, "zero_stage": 2, "offload_optimizer": "cpu"},
+                      "training": {"lr_scheduler": "cosine"}},
+    "zero3": {"deepspeed": {"enabled": True, "zero_stage": 3}, "training": {"lr_scheduler": "linear"}},
 }
 
 
@@ -61,6 +64,23 @@ def test_loss_decreases(trained):
     first, last = sum(losses[s] for s in (1, 2, 3)) / 3, sum(losses[s] for s in (8, 9, 10)) / 3
     assert last < first - 0.5, f"{name}: loss did not decrease: {losses}"
     assert any("val_loss" in m for m in run.metrics()), "validation ran"
+
+
+def test_lr_follows_the_settings_schedule(trained):
+    """The logged LR after each optimizer step is transformers' schedule named in the settings
+    (warmup 2 of 10 steps, peak 1e-2), under every strategy, DeepSpeed included."""
+    from transformers import get_scheduler
+
+    name, run = trained
+    kind = STRATEGIES[name].get("training", {}).get("lr_scheduler", "constant_with_warmup")
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-2)
+    sched, expected = get_scheduler(kind, opt, num_warmup_steps=2, num_training_steps=10), []
+    for _ in range(10):
+        opt.step()
+        sched.step()
+        expected.append(sched.get_last_lr()[0])
+    logged = [m["lr"] for m in sorted(run.metrics(), key=lambda m: m["step"]) if "lr" in m]
+    assert logged == pytest.approx(expected, rel=1e-6, abs=1e-9), f"{name}: {logged}"
 
 
 def test_ranks_and_data_shards(trained):

@@ -32,8 +32,21 @@ def run(args) -> int:
     items = result.diagnostics.items
     if args.quiet:
         items = [d for d in items if d.severity != "note"]
-    _print(args, items, ok=True, out=str(out), files=sorted(result.files), strategy=result.plan.strategy)
-    return EXIT_OK
+    if not getattr(args, "verify", False):
+        _print(args, items, ok=True, out=str(out), files=sorted(result.files), strategy=result.plan.strategy)
+        return EXIT_OK
+    from tuner.compiler.verify import run_in_subprocess
+
+    project = args.settings.resolve().parent
+    code, verdict = run_in_subprocess(out, project, result.plan.uses_deepspeed)
+    ok = code == 0
+    _print(args, items, ok=True, out=str(out), files=sorted(result.files), strategy=result.plan.strategy,
+           verify={"ok": ok, "output": verdict})
+    if args.format != "json":
+        print(verdict, file=sys.stdout if ok else sys.stderr)
+    if ok:
+        return EXIT_OK
+    return EXIT_USAGE if code == 2 else EXIT_INVALID
 
 
 def _print(args, items, ok: bool, **extra) -> None:

@@ -1,0 +1,161 @@
+"""What DeepSpeed's own config models accept, checked without importing DeepSpeed.
+
+`schemas/deepspeed_rules.json` is derived from DeepSpeed's pydantic models by
+`python -m tuner.compiler.verify --derive-rules schemas/deepspeed_rules.json`
+(`tests/compiler/test_deepspeed_rules.py` re-derives it and cross-checks bad values against
+the real `DeepSpeedConfig`, so these rules cannot drift from the installed DeepSpeed).
+The checks follow pydantic's lax mode, as DeepSpeed does: ``"true"`` is a bool, ``1e8`` an
+int; they are never stricter than DeepSpeed, so nothing DeepSpeed accepts is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from .diagnostics import Diagnostics
+
+#: Keys whose "auto" accelerate fills in `Accelerator.prepare` (`_prepare_deepspeed`,
+#: `DeepSpeedPlugin.set_mixed_precision`). Any other "auto" would reach DeepSpeed as is.
+ACCELERATE_FILLS = frozenset({
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
+    "fp16.enabled", "bf16.enabled",
+    "zero_optimization.reduce_bucket_size", "zero_optimization.stage3_prefetch_bucket_size",
+    "zero_optimization.stage3_param_persistence_threshold",
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+    "optimizer.params.lr", "optimizer.params.weight_decay",
+    "scheduler.params.warmup_min_lr", "scheduler.params.warmup_max_lr", "scheduler.params.warmup_num_steps",
+    "scheduler.params.total_num_steps",
+})
+
+#: "auto" under DeepSpeed's short alias names, which tuner renames to the stage3_ names
+#: accelerate fills (deepspeed_config._zero).
+_RENAMED_FOR_ACCELERATE = frozenset({"zero_optimization.prefetch_bucket_size",
+                                     "zero_optimization.param_persistence_threshold"})
+
+_TRUE = {"1", "on", "t", "true", "y", "yes"}
+_FALSE = {"0", "off", "f", "false", "n", "no"}
+
+
+@lru_cache(maxsize=1)
+def rules() -> dict[str, Any]:
+    text = resources.files("tuner.schemas").joinpath("deepspeed_rules.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _type_problem(value: Any, spec: dict[str, Any]) -> str | None:
+    """Why pydantic (lax mode) would refuse `value` for a field described by `spec`."""
+    kind = spec["type"]
+    if value is None:
+        return None if spec.get("nullable") else "must not be null"
+    if kind == "bool":
+        ok = isinstance(value, bool) or (isinstance(value, (int, float)) and value in (0, 1)) or (
+            isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE)
+        return None if ok else f"must be true or false, got {value!r}"
+    if kind in ("int", "float"):
+        num = _number(value)
+        if num is None or (kind == "int" and not num.is_integer()) or num != num:
+            return f"must be {'an integer' if kind == 'int' else 'a number'}, got {value!r}"
+        for bound, test, word in (("gt", num.__gt__, "greater than"), ("ge", num.__ge__, "at least"),
+                                  ("lt", num.__lt__, "less than"), ("le", num.__le__, "at most")):
+            if bound in spec and not test(spec[bound]):
+                return f"must be {word} {spec[bound]}, got {value!r}"
+        return None
+    if kind == "str":
+        return None if isinstance(value, str) else f"must be a string, got {value!r}"
+    if kind == "enum":
+        return None if value in spec["values"] else f"must be one of {spec['values']}, got {value!r}"
+    if kind in ("table", "block"):
+        return None if isinstance(value, dict) else f"must be a table (JSON object), got {value!r}"
+    return None
+
+
+def check(config: dict[str, Any], where: str, diags: Diagnostics) -> bool:
+    """Report every value DeepSpeed's config models would refuse; True when none."""
+    r = rules()
+    before = len(diags.errors)
+    for key, value in config.items():
+        path = f"{where}.{key}"
+        if key in r["removed_top_level"]:
+            diags.error(path, f"DeepSpeed {r['deepspeed_version']} refuses {key!r}: {r['removed_top_level'][key]}",
+                        f"remove {key} from the DeepSpeed config")
+            continue
+        spec = r["top_level"].get(key)
+        if spec is None or value == "auto":
+            continue  # DeepSpeed ignores keys it does not know at the top level; leftover_auto judges "auto"
+        problem = _type_problem(value, spec)
+        if problem:
+            diags.error(path, f"{key} {problem}")
+        elif spec["type"] == "table":
+            _check_model(value, spec["model"], path, key, diags)
+        elif spec["type"] == "block":
+            _check_block(value, path, diags)
+    return len(diags.errors) == before
+
+
+def _check_model(block: dict[str, Any], model: str, path: str, dotted: str, diags: Diagnostics) -> None:
+    r = rules()
+    m = r["models"][model]
+    for key, value in block.items():
+        kpath, kdotted = f"{path}.{key}", f"{dotted}.{key}"
+        spec = m["fields"].get(key)
+        if spec is None:
+            if dotted == "zero_optimization" and key in r["removed_zero"]:
+                diags.error(kpath, f"DeepSpeed {r['deepspeed_version']} refuses {key!r}: {r['removed_zero'][key]}",
+                            f"remove {key}")
+            elif m["extra"] == "forbid":
+                known = ", ".join(sorted(k for k, s in m["fields"].items() if "deprecated" not in s))
+                diags.error(kpath, f"{key!r} is not a {dotted} key DeepSpeed {r['deepspeed_version']} knows "
+                            "(its config model refuses unknown keys)", f"remove it or fix the spelling; known: {known}")
+            continue
+        if value == "auto":
+            if kdotted not in ACCELERATE_FILLS | _RENAMED_FOR_ACCELERATE:
+                _unfilled_auto(kpath, diags)
+            continue
+        problem = _type_problem(value, spec)
+        if problem:
+            diags.error(kpath, f"{key} {problem}")
+        elif spec["type"] == "table" and isinstance(value, dict):
+            _check_model(value, spec["model"], kpath, kdotted, diags)
+
+
+def _check_block(block: dict[str, Any], path: str, diags: Diagnostics) -> None:
+    """optimizer / scheduler: DeepSpeed reads a `type` string and a `params` table."""
+    if not isinstance(block.get("type"), str):
+        diags.error(f"{path}.type", f"{path.rsplit('.', 1)[-1]} needs a 'type' string, got {block.get('type')!r}")
+    params = block.get("params", {})
+    if not isinstance(params, dict):
+        diags.error(f"{path}.params", f"params must be a table (JSON object), got {params!r}")
+
+
+def leftover_auto(node: Any, path: str, dotted: str, diags: Diagnostics) -> None:
+    """An "auto" that accelerate does not fill would reach DeepSpeed unresolved."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            leftover_auto(value, f"{path}.{key}", f"{dotted}.{key}" if dotted else str(key), diags)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            leftover_auto(value, f"{path}[{i}]", f"{dotted}[{i}]", diags)
+    elif node == "auto" and dotted not in ACCELERATE_FILLS:
+        _unfilled_auto(path, diags)
+
+
+def _unfilled_auto(path: str, diags: Diagnostics) -> None:
+    diags.error(path, "'auto' here would reach DeepSpeed unresolved: nothing fills it for this key "
+                "(accelerate fills batch sizes, clipping, precision, bucket sizes and optimizer/scheduler "
+                "learning-rate parameters)", "write a concrete value")

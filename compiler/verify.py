@@ -1,0 +1,394 @@
+"""The packages' own verdict on a build: accelerate's loader and launcher, DeepSpeed's parser.
+
+`tuner compile --verify` runs `python -m tuner.compiler.verify BUILD` in a subprocess (the
+compiler itself never imports accelerate, deepspeed or torch). The tests import the same
+functions, so what CI checks and what the tests check cannot drift apart.
+
+What is run, in the build's project directory (where relative paths in the artefacts point):
+
+1. accelerate's `load_config_from_file` on accelerate.yaml;
+2. accelerate's launch-environment derivation (`_validate_launch_command`, then
+   `prepare_deepspeed_cmd_env` / `prepare_multi_gpu_env`), as `accelerate launch` does, with
+   CUDA pretended on a host without GPUs when the build targets GPUs;
+3. in that environment, the plugin accelerate builds (`DeepSpeedPlugin` / FSDP plugin), whose
+   checks refuse keys set both in the YAML and in deepspeed.json;
+4. the "auto" values filled by accelerate's own `deepspeed_config_process` /
+   `set_mixed_precision` with what the run would pass (the manifest's settings);
+5. DeepSpeed's `DeepSpeedConfig` on the result at the run's data-parallel world size.
+
+`derive_rules()` reads DeepSpeed's pydantic config models; `schemas/deepspeed_rules.json`
+is its output, which `tuner compile` checks raw DeepSpeed configs against without importing
+DeepSpeed (a test re-derives it so it cannot go stale).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+REQUIRED = ("accelerate", "torch")
+
+
+class _WorldSize:
+    """The smallest `mpu` DeepSpeedConfig accepts: it only asks for the data-parallel size."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.n
+
+
+def load_accelerate(path: Path):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    return load_config_from_file(str(path))
+
+
+_DS_COMM_READY = False
+
+
+def init_deepspeed_comm() -> None:
+    """DeepSpeedConfig asks `mpu` for the data-parallel size only once deepspeed.comm is up
+    (otherwise it assumes 1). Start a real one-process gloo group, once per process."""
+    global _DS_COMM_READY
+    if _DS_COMM_READY:
+        return
+    import socket
+
+    import deepspeed
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        saved = {key: os.environ.get(key) for key in env}
+        os.environ.update(env)
+        try:
+            deepspeed.init_distributed(dist_backend="gloo")
+        finally:  # the rank variables must not leak into ranks a caller launches later
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+    else:
+        deepspeed.init_distributed(dist_backend="gloo")
+    _DS_COMM_READY = True
+
+
+def parse_deepspeed(path_or_dict, world_size: int):
+    """DeepSpeed's own config parser, told the run's data-parallel world size."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    init_deepspeed_comm()
+    config = path_or_dict if isinstance(path_or_dict, dict) else json.loads(Path(path_or_dict).read_text())
+    return DeepSpeedConfig(config, mpu=_WorldSize(world_size))
+
+
+@contextlib.contextmanager
+def pretend_cuda(count: int = 8):
+    """accelerate's launcher picks another branch without GPUs; pretend them for that step."""
+    import torch
+
+    saved = torch.cuda.is_available, torch.cuda.device_count
+    torch.cuda.is_available = lambda: True
+    torch.cuda.device_count = lambda: count
+    try:
+        yield
+    finally:
+        torch.cuda.is_available, torch.cuda.device_count = saved
+
+
+@contextlib.contextmanager
+def ports_free():
+    """accelerate's launcher refuses a rendezvous port another process holds on *this* host;
+    that is the host's state, not the build's, so verify does not judge it."""
+    import accelerate.utils.launch as launch
+
+    saved = launch.is_port_in_use
+    launch.is_port_in_use = lambda port=None: False
+    try:
+        yield
+    finally:
+        launch.is_port_in_use = saved
+
+
+def accelerate_launch_env(yaml_path: Path, monkeypatch=None) -> dict[str, str]:
+    """The environment `accelerate launch --config_file YAML` would give each rank.
+
+    Runs accelerate's own argument validation and env preparation (no processes started).
+    For DeepSpeed, with `monkeypatch`, it also constructs accelerate's DeepSpeedPlugin in that
+    environment, which is where accelerate refuses keys it forbids beside a config file.
+    """
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
+
+    args = launch_command_parser().parse_args(["--config_file", str(yaml_path), "train.py"])
+    args, defaults, mp_from_config = _validate_launch_command(args)
+    if args.use_deepspeed:
+        fields = list(defaults.deepspeed_config.keys()) + (["mixed_precision"] if mp_from_config else [])
+        args.deepspeed_fields_from_accelerate_config = ",".join(fields)
+        _, env = prepare_deepspeed_cmd_env(args)
+        if monkeypatch is not None:
+            for key, value in env.items():
+                monkeypatch.setenv(key, value)
+            from accelerate.utils import DeepSpeedPlugin
+
+            DeepSpeedPlugin()  # raises if the YAML repeats a key accelerate forbids
+        return dict(env)
+    if args.multi_gpu or args.use_fsdp:
+        return dict(prepare_multi_gpu_env(args))
+    return {k: v for k, v in os.environ.items() if k.startswith("ACCELERATE_")}
+
+
+@contextlib.contextmanager
+def _environ(env: dict[str, str]):
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def fill_auto_as_accelerate(plugin, settings: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """Fill "auto" values with accelerate's own code, with what `tuner run` passes it
+    (`Accelerator._prepare_deepspeed` does the same with the script's objects)."""
+    t = settings["training"]
+    plugin.set_mixed_precision(t["mixed_precision"])
+    micro, accum = t["micro_batch_size"], t["gradient_accumulation_steps"]
+    plugin.fill_match("gradient_accumulation_steps", must_match=False, gradient_accumulation_steps=accum)
+    accum = plugin.get_value("gradient_accumulation_steps")
+    if not plugin.is_auto("train_micro_batch_size_per_gpu"):
+        micro = plugin.get_value("train_micro_batch_size_per_gpu") or micro
+    total_steps = t["max_steps"] or 1
+    kwargs = {
+        "gradient_clipping": 1.0,
+        "zero_optimization.stage3_gather_16bit_weights_on_model_save": False,
+        "train_micro_batch_size_per_gpu": micro,
+        "train_batch_size": micro * accum * world_size,
+        # bucket sizes from a hidden size; accelerate reads the model's, 1024 stands in here
+        "zero_optimization.reduce_bucket_size": 1024 * 1024,
+        "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * 1024 * 1024),
+        "zero_optimization.stage3_param_persistence_threshold": 10 * 1024,
+        "optimizer.params.lr": t["learning_rate"],
+        "optimizer.params.weight_decay": t["weight_decay"],
+        "scheduler.params.warmup_min_lr": 0,
+        "scheduler.params.warmup_max_lr": t["learning_rate"],
+        "scheduler.params.warmup_num_steps": max(1, t["warmup_steps"]),
+        "scheduler.params.total_num_steps": total_steps,
+    }
+    plugin.deepspeed_config_process(must_match=False, **kwargs)
+    return plugin.deepspeed_config
+
+
+def accelerate_filled(config: dict[str, Any], settings: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """`config` with its "auto" values filled as accelerate fills them for a run of `settings`."""
+    import copy
+
+    from accelerate.utils import DeepSpeedPlugin
+
+    return fill_auto_as_accelerate(DeepSpeedPlugin(hf_ds_config=copy.deepcopy(config)), settings, world_size)
+
+
+def verify_build(build_dir: Path) -> list[str]:
+    """Run the packages' own checks on a build; returns what they refused (empty = accepted)."""
+    build_dir = Path(build_dir).resolve()
+    manifest = json.loads((build_dir / "manifest.json").read_text(encoding="utf-8"))
+    plan, settings = manifest["plan"], manifest["settings"]
+    yaml_path = build_dir / "accelerate.yaml"
+    problems: list[str] = []
+    steps = "loading accelerate.yaml"
+    sf = manifest.get("settings_file")
+    project = (build_dir / sf).resolve().parent if sf else build_dir.parent
+    try:
+        with contextlib.chdir(project):  # where the artefacts' relative paths point
+            _verify_in_project(build_dir, yaml_path, plan, settings, problems)
+    except Exception as exc:  # the packages' verdict, reported as such
+        problems.append(f"{type(exc).__name__}: {exc}")
+    return problems
+
+
+def _verify_in_project(build_dir: Path, yaml_path: Path, plan: dict, settings: dict, problems: list[str]) -> None:
+    steps = "loading accelerate.yaml"
+    try:
+        load_accelerate(yaml_path)
+        steps = "deriving the launch environment"
+        import torch
+
+        fake = plan["platform"] != "cpu" and not torch.cuda.is_available()
+        with pretend_cuda() if fake else contextlib.nullcontext(), ports_free():
+            env = accelerate_launch_env(yaml_path)
+        if plan["uses_deepspeed"]:
+            steps = "building accelerate's DeepSpeedPlugin"
+            from accelerate.utils import DeepSpeedPlugin
+
+            with _environ(env):
+                plugin = DeepSpeedPlugin()
+                steps = "filling 'auto' values as accelerate does"
+                config = fill_auto_as_accelerate(plugin, settings, plan["data_parallel_size"])
+            steps = f"DeepSpeedConfig at data-parallel world size {plan['data_parallel_size']}"
+            parse_deepspeed(config, plan["data_parallel_size"])
+        elif plan["uses_fsdp"]:
+            steps = "building accelerate's FullyShardedDataParallelPlugin"
+            from accelerate.utils import FullyShardedDataParallelPlugin
+
+            with _environ(env):
+                FullyShardedDataParallelPlugin()
+    except Exception as exc:  # the packages' verdict, reported as such
+        problems.append(f"{steps}: {type(exc).__name__}: {exc}")
+
+
+def run_in_subprocess(build_dir: Path, project_dir: Path, uses_deepspeed: bool) -> tuple[int, str]:
+    """`python -m tuner.compiler.verify BUILD` in the project directory; (exit status, output).
+
+    Returns (2, message) without starting anything when a needed package is missing."""
+    need = list(REQUIRED) + (["deepspeed"] if uses_deepspeed else [])
+    missing = [name for name in need if importlib.util.find_spec(name) is None]
+    if missing:
+        return 2, (f"--verify needs {', '.join(missing)} installed (the packages whose verdict it reports); "
+                   "install them (pip install 'tuner[run]') or drop --verify")
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    proc = subprocess.run([sys.executable, "-m", "tuner.compiler.verify", str(build_dir)], cwd=project_dir,
+                          capture_output=True, text=True, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("verify:", "  "))]
+    text = "\n".join(lines) if lines else (proc.stdout + proc.stderr).strip()[-4000:]
+    return proc.returncode, text
+
+
+# -- rules derived from DeepSpeed's pydantic models -----------------------------------------
+
+def _field_spec(annotation, metadata) -> dict[str, Any]:
+    import enum
+    from pathlib import PurePath
+
+    from pydantic import BaseModel
+
+    spec: dict[str, Any] = {}
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        spec["nullable"] = len(inner) < len(args)
+        annotation = inner[0] if len(inner) == 1 else Any
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        spec["type"] = "table"
+        spec["model"] = annotation.__name__
+    elif isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        spec["type"] = "enum"
+        spec["values"] = [m.value for m in annotation]
+    elif annotation is bool:
+        spec["type"] = "bool"
+    elif annotation is int:
+        spec["type"] = "int"
+    elif annotation is float:
+        spec["type"] = "float"
+    elif annotation is str:
+        spec["type"] = "str"
+    elif isinstance(annotation, type) and issubclass(annotation, PurePath):
+        spec["type"] = "str"
+    else:
+        spec["type"] = "any"
+    for m in metadata:
+        for bound in ("ge", "gt", "le", "lt"):
+            if getattr(m, bound, None) is not None:
+                spec[bound] = getattr(m, bound)
+    return spec
+
+
+def _model_rules(model, out: dict[str, Any]) -> None:
+    from pydantic import BaseModel
+
+    if model.__name__ in out:
+        return
+    fields: dict[str, Any] = {}
+    out[model.__name__] = {"extra": model.model_config.get("extra", "ignore"), "fields": fields}
+    for name, f in model.model_fields.items():
+        spec = _field_spec(f.annotation, f.metadata)
+        extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+        if extra.get("deprecated"):
+            spec["deprecated"] = str(extra.get("new_param", ""))
+        for key in {name, f.alias or name}:
+            fields[key] = spec
+        for arg in (f.annotation, *typing.get_args(f.annotation)):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                _model_rules(arg, out)
+
+
+def derive_rules() -> dict[str, Any]:
+    """What DeepSpeed's own config models accept, as data (needs deepspeed installed)."""
+    import deepspeed
+    import deepspeed.runtime.config as ds_config
+    from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    models: dict[str, Any] = {}
+    for model in (DeepSpeedZeroConfig, DeepSpeedBF16Config, DeepSpeedFP16Config):
+        _model_rules(model, models)
+    positive = {"type": "int", "gt": 0}
+    return {
+        "deepspeed_version": deepspeed.__version__,
+        "top_level": {
+            "zero_optimization": {"type": "table", "model": "DeepSpeedZeroConfig"},
+            "bf16": {"type": "table", "model": "DeepSpeedBF16Config"},
+            "bfloat16": {"type": "table", "model": "DeepSpeedBF16Config"},
+            "fp16": {"type": "table", "model": "DeepSpeedFP16Config"},
+            "train_batch_size": positive,
+            "train_micro_batch_size_per_gpu": positive,
+            "gradient_accumulation_steps": positive,
+            "gradient_clipping": {"type": "float", "ge": 0},
+            "steps_per_print": {"type": "int", "ge": 0},
+            "optimizer": {"type": "block"},
+            "scheduler": {"type": "block"},
+        },
+        "removed_top_level": dict(sorted(ds_config._REMOVED_TOP_LEVEL_CONFIG_KEYS.items())),
+        "removed_zero": dict(sorted(ds_config._REMOVED_ZERO_CONFIG_KEYS.items())),
+        "models": models,
+    }
+
+
+def render_rules(rules: dict[str, Any]) -> str:
+    return json.dumps(rules, indent=1, sort_keys=True) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--derive-rules"] and len(argv) == 2:  # DeepSpeed prints to stdout: write a file
+        Path(argv[1]).write_text(render_rules(derive_rules()), encoding="utf-8")
+        return 0
+    if not argv or argv[0].startswith("-"):
+        print("usage: python -m tuner.compiler.verify BUILD_DIR... | --derive-rules OUT.json", file=sys.stderr)
+        return 2
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    status = 0
+    for build in argv:
+        problems = verify_build(Path(build))
+        if problems:
+            status = 1
+            print(f"verify: {build}: refused by the packages' own checks:")
+            for p in problems:
+                print(f"  {p}")
+        elif (Path(build) / "deepspeed.json").exists():
+            print("verify: accelerate and DeepSpeed accept the build")
+        else:
+            print("verify: accelerate accepts the build")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
