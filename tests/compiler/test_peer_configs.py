@@ -171,6 +171,7 @@ def test_accelerate_config_imports_to_the_same_launch(path, tmp_path, monkeypatc
     cli = () if (original.num_processes or -1) > 0 else ("--num_processes", "8")  # accelerate demands it then
     monkeypatch.chdir(cwd)
     theirs = launch_view(source, cli)
+    monkeypatch.chdir(tmp_path)  # the compiled YAML names build/deepspeed.json from the project root
     ours = launch_view(tmp_path / "build" / "accelerate.yaml", cli)
     assert equivalence_problems(theirs, ours) == [], text
 
@@ -230,6 +231,7 @@ def test_deepspeed_json_imports_to_the_same_effective_config(path, tmp_path, mon
         deepspeed_effective(accelerate_filled(theirs["deepspeed_plugin"], world), world)
     except Exception as exc:  # DeepSpeed's own config models, or accelerate's "auto" filling, refuse it
         pytest.skip(f"accelerate/DeepSpeed refuse this file as it is: {type(exc).__name__}: {str(exc)[:200]}")
+    monkeypatch.chdir(tmp_path)  # the compiled YAML names build/deepspeed.json from the project root
     ours = launch_view(tmp_path / "build" / "accelerate.yaml")
     relaxed = set(AWAITING_ART_DS)
     if (data.get("zero_optimization") or {}).get("stage3_gather_16bit_weights_on_model_save") == "auto":
