@@ -130,6 +130,18 @@ class AccelerateSettings:
     base: str = ''
     dynamo_backend: str = 'no'
 
+@dataclass
+class ClusterSettings:
+    """How the job is started on several machines: a Slurm batch script or Kubernetes manifests beside the artefacts (launch.sh is always written for multi-machine builds)."""
+    scheduler: str = 'none'
+    job_name: str = 'tuner'
+    script: list[str] = field(default_factory=list)
+    partition: str = ''
+    time: str = ''
+    account: str = ''
+    image: str = ''
+    namespace: str = 'default'
+
 
 @dataclass
 class Settings:
@@ -145,6 +157,7 @@ class Settings:
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
     output: OutputSettings = field(default_factory=OutputSettings)
     accelerate: AccelerateSettings = field(default_factory=AccelerateSettings)
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
     @classmethod
     def from_dict(cls, data: dict[str, dict[str, Any]]) -> "Settings":
