@@ -59,7 +59,12 @@ class Topology:
                            f"the build is compiled for {n} machine(s) (hardware.num_machines)")
         if main_address is None:
             found = _first_env(MAIN_ADDRESS_ENV)
-            main_address = found[1] if found else str(topo.get("main_process_ip") or "127.0.0.1")
+            main_address = found[1] if found else str(topo.get("main_process_ip") or "")
+        if not main_address:
+            if n > 1:
+                raise RunError("machine 0's address is unknown: pass --main-address HOST (or set "
+                               "$TUNER_MAIN_ADDRESS), or compile with hardware.main_process_ip")
+            main_address = "127.0.0.1"
         if main_port is None:
             found = _first_env(MAIN_PORT_ENV)
             try:

@@ -159,3 +159,11 @@ def test_kubernetes_manifests_validate_against_the_operators_crds(tmp_path, name
     bad["spec"]["trainer"]["replicas"] = 2
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, TRAINJOB)
+
+
+def test_a_scheduler_supplies_machine_0s_address(tmp_path):
+    hw = {"platform": "cpu", "num_processes": 4, "num_machines": 2}
+    bare = compile_text(_toml(hw, {}), out_dir=tmp_path / "a")
+    assert not bare.ok and any(d.key == "hardware.main_process_ip" for d in bare.diagnostics.items)
+    slurm = compile_text(_toml(hw, {"scheduler": "slurm"}), out_dir=tmp_path / "b")
+    assert slurm.ok and cluster.SLURM_SBATCH in slurm.files

@@ -130,3 +130,14 @@ def test_launch_refuses_a_missing_script_or_build(tmp_path):
     (tmp_path / "t.py").write_text("")
     p = tuner(str(tmp_path / "missing"), "t.py")
     assert p.returncode == 2 and "build directory not found" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_multi_machine_build_without_an_address_asks_for_one(tmp_path, monkeypatch):
+    r = compile_text('[hardware]\nplatform = "cpu"\nnum_processes = 4\nnum_machines = 2\n'
+                     '[cluster]\nscheduler = "slurm"\n', out_dir=tmp_path / "b")
+    a = load(r.write())
+    with pytest.raises(RunError) as e:
+        Topology.resolve(a, machine_rank=0)
+    assert "--main-address" in e.value.message
+    monkeypatch.setenv("TUNER_MAIN_ADDRESS", "node7")
+    assert Topology.resolve(a, machine_rank=0).main_address == "node7"

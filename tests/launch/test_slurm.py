@@ -44,7 +44,7 @@ def _port() -> int:
 
 def test_sbatch_runs_a_world_of_four_on_two_nodes(tmp_path, slurm):
     settings = write_settings(tmp_path, {
-        "hardware": {"platform": "cpu", "num_processes": 4, "num_machines": 2, "main_process_ip": "node1",
+        "hardware": {"platform": "cpu", "num_processes": 4, "num_machines": 2,  # machine 0: from Slurm
                      "main_process_port": _port()},
         "cluster": {"scheduler": "slurm", "job_name": "tuner-test", "time": "00:10:00"},
         "model": {"path": "builtin:micro-llama"}, "data": {"seq_len": 32},
