@@ -2,10 +2,10 @@
 
 * ``launch.sh`` (every multi-machine build): the command for one machine, its machine rank
   as the first argument — for a bare set of machines without a scheduler.
-* ``slurm.sbatch`` (``cluster.scheduler = "slurm"``): one tuner launcher per node through
+* ``slurm.sbatch`` (``cluster.type = "slurm"``): one tuner launcher per node through
   ``srun``; machine 0 is the allocation's first node (``scontrol show hostnames``); each
   launcher reads its machine rank from ``$SLURM_NODEID``.
-* ``trainjob.yaml`` and ``pytorchjob.yaml`` (``cluster.scheduler = "kubernetes"``): a
+* ``trainjob.yaml`` and ``pytorchjob.yaml`` (``cluster.type = "kubernetes"``): a
   Kubeflow Trainer v2 ``TrainJob`` (``trainer.kubeflow.org/v1alpha1``, the current
   operator) and, for clusters still on the v1 training operator, a ``PyTorchJob``
   (``kubeflow.org/v1``). Only fields the operators' CRDs define (tests/launch/crds/).
@@ -41,7 +41,7 @@ GPU_PLATFORMS = ("cuda", "rocm")
 def files(s: Settings, plan: Plan, build_dir: Path) -> dict[str, str]:
     """Name -> text of the launch files this build needs (none for one machine without a scheduler)."""
     out: dict[str, str] = {}
-    sched = s.cluster.scheduler
+    sched = s.cluster.type
     if s.hardware.num_machines > 1 or sched != "none":
         out[LAUNCH_SH] = launch_sh(s, plan, build_dir)
     if sched == "slurm":

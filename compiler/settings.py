@@ -133,7 +133,7 @@ class AccelerateSettings:
 @dataclass
 class ClusterSettings:
     """How the job is started on several machines: a Slurm batch script or Kubernetes manifests beside the artefacts (launch.sh is always written for multi-machine builds)."""
-    scheduler: str = 'none'
+    type: str = 'none'
     job_name: str = 'tuner'
     script: list[str] = field(default_factory=list)
     partition: str = ''

@@ -22,15 +22,15 @@ CRDS = Path(__file__).resolve().parent / "crds"
 
 MULTI = {"num_processes": 4, "num_machines": 2, "main_process_ip": "10.1.2.3", "main_process_port": 29555}
 CASES = {
-    "cpu-slurm": ({"platform": "cpu", **MULTI}, {"scheduler": "slurm", "partition": "cpu", "time": "01:00:00",
+    "cpu-slurm": ({"platform": "cpu", **MULTI}, {"type": "slurm", "partition": "cpu", "time": "01:00:00",
                                                   "account": "proj"}),
     "cuda-slurm-script": ({"platform": "cuda", **MULTI},
-                          {"scheduler": "slurm", "script": ["train.py", "--lr", "1e-4", "--name", "it's"]}),
-    "cuda-k8s": ({"platform": "cuda", **MULTI}, {"scheduler": "kubernetes", "image": "registry/tuner:1",
+                          {"type": "slurm", "script": ["train.py", "--lr", "1e-4", "--name", "it's"]}),
+    "cuda-k8s": ({"platform": "cuda", **MULTI}, {"type": "kubernetes", "image": "registry/tuner:1",
                                                 "namespace": "ml", "job_name": "llama-sft"}),
-    "cpu-k8s-module": ({"platform": "cpu", **MULTI}, {"scheduler": "kubernetes", "script": ["-m", "my.train"]}),
+    "cpu-k8s-module": ({"platform": "cpu", **MULTI}, {"type": "kubernetes", "script": ["-m", "my.train"]}),
     "cpu-bare": ({"platform": "cpu", **MULTI}, {}),
-    "one-machine-slurm": ({"platform": "cuda", "num_processes": 8}, {"scheduler": "slurm"}),
+    "one-machine-slurm": ({"platform": "cuda", "num_processes": 8}, {"type": "slurm"}),
 }
 
 
@@ -60,7 +60,7 @@ def test_shell_scripts_are_clean(tmp_path, name):
     r = _compile(tmp_path, name)
     scripts = [n for n in (cluster.LAUNCH_SH, cluster.SLURM_SBATCH) if n in r.files]
     assert cluster.LAUNCH_SH in scripts
-    assert (cluster.SLURM_SBATCH in scripts) == (CASES[name][1].get("scheduler") == "slurm")
+    assert (cluster.SLURM_SBATCH in scripts) == (CASES[name][1].get("type") == "slurm")
     for n in scripts:
         p = tmp_path / n
         p.write_text(r.files[n])
@@ -165,5 +165,5 @@ def test_a_scheduler_supplies_machine_0s_address(tmp_path):
     hw = {"platform": "cpu", "num_processes": 4, "num_machines": 2}
     bare = compile_text(_toml(hw, {}), out_dir=tmp_path / "a")
     assert not bare.ok and any(d.key == "hardware.main_process_ip" for d in bare.diagnostics.items)
-    slurm = compile_text(_toml(hw, {"scheduler": "slurm"}), out_dir=tmp_path / "b")
+    slurm = compile_text(_toml(hw, {"type": "slurm"}), out_dir=tmp_path / "b")
     assert slurm.ok and cluster.SLURM_SBATCH in slurm.files

@@ -134,7 +134,7 @@ def test_launch_refuses_a_missing_script_or_build(tmp_path):
 
 def test_a_multi_machine_build_without_an_address_asks_for_one(tmp_path, monkeypatch):
     r = compile_text('[hardware]\nplatform = "cpu"\nnum_processes = 4\nnum_machines = 2\n'
-                     '[cluster]\nscheduler = "slurm"\n', out_dir=tmp_path / "b")
+                     '[cluster]\ntype = "slurm"\n', out_dir=tmp_path / "b")
     a = load(r.write())
     with pytest.raises(RunError) as e:
         Topology.resolve(a, machine_rank=0)

@@ -46,7 +46,7 @@ def test_sbatch_runs_a_world_of_four_on_two_nodes(tmp_path, slurm):
     settings = write_settings(tmp_path, {
         "hardware": {"platform": "cpu", "num_processes": 4, "num_machines": 2,  # machine 0: from Slurm
                      "main_process_port": _port()},
-        "cluster": {"scheduler": "slurm", "job_name": "tuner-test", "time": "00:10:00"},
+        "cluster": {"type": "slurm", "job_name": "tuner-test", "time": "00:10:00"},
         "model": {"path": "builtin:micro-llama"}, "data": {"seq_len": 32},
         "training": {"micro_batch_size": 2, "max_steps": 4, "log_every": 1},
         "checkpoint": {"every_steps": 4, "export": False}, "output": {"dir": str(tmp_path / "out")},
