@@ -18,6 +18,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--out", required=True)
 p.add_argument("--steps", type=int, default=16)
 p.add_argument("--batch", type=int, default=8)
+p.add_argument("--started", default="", help="a file rank 0 creates after its first step")
 p.add_argument("--deepspeed-optimizer", action="store_true",
                help="let DeepSpeed build the optimizer (needed with ZeRO optimizer offload)")
 args = p.parse_args()
@@ -45,6 +46,8 @@ for idx, xb, yb in loader:
     optimizer.zero_grad()
     losses.append(loss.item())
     rows += idx.tolist()
+    if args.started and accelerator.is_main_process and len(losses) == 1:
+        open(args.started, "w").close()
 
 params = []
 for name, prm in model.named_parameters():

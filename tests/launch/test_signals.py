@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launch_helpers import CPU2, env, write_settings
+from launch_helpers import CPU2, PLAIN, compile_build, env, write_settings
 
 pytestmark = pytest.mark.slow
 
@@ -59,3 +59,22 @@ def test_signal_to_the_launcher_stops_the_run_quietly(tmp_path, sig, how):
     assert f"--resume {named}" in lines[0]
     time.sleep(1)
     assert not [p for p in ranks if _alive(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_sigterm_to_tuner_launch_stops_a_users_script_quietly(tmp_path):
+    """The same launcher under `tuner launch`: the person's script is stopped on every rank
+    without a traceback, exit 143, no checkpoint claimed (tuner does not know the script's)."""
+    build = compile_build(tmp_path, CPU2, {"fsdp": {"enabled": True, "auto_wrap_policy": "none"}})
+    started = tmp_path / "started"
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "launch", str(build), str(PLAIN), "--out",
+                             str(tmp_path / "r"), "--steps", "100000", "--started", str(started)], cwd=tmp_path,
+                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 200
+    while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert started.exists(), proc.communicate(timeout=60) if proc.poll() is not None else "no step in 200 s"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err and "Traceback" not in out, err[-4000:]
+    assert [ln for ln in err.splitlines() if "interrupted" in ln] == ["tuner launch: interrupted (SIGTERM)"]
