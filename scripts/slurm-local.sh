@@ -44,6 +44,8 @@ munge_up() {
     chown munge:munge /run/munge /var/log/munge /var/lib/munge
     if ! munge -n >/dev/null 2>&1; then
         runuser -u munge -- /usr/sbin/munged
+        mkdir -p "$dir"
+        touch "$dir/munged.ours"  # `down` stops only a munged that `up` started
         for _ in $(seq 50); do munge -n >/dev/null 2>&1 && return; sleep 0.2; done
         die "munged did not start"
     fi
@@ -98,9 +100,9 @@ up() {
         echo "slurm-local: already up ($conf)"
         return
     fi
-    down >/dev/null 2>&1 || true
+    stop_slurm
     write_conf
-    slurmctld -f "$conf" -i
+    slurmctld -f "$conf" -c  # -c: fresh state, so "idle" below means the nodes registered now
     for n in node1 node2; do slurmd -f "$conf" -N "$n"; done
     for _ in $(seq 100); do
         idle="$(SLURM_CONF="$conf" timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null | grep -c idle || true)"
@@ -112,7 +114,7 @@ up() {
     die "the nodes did not come up"
 }
 
-down() {
+stop_slurm() {
     for f in "$dir"/slurmd-node1.pid "$dir"/slurmd-node2.pid "$dir/slurmctld.pid"; do
         if alive "$f"; then kill "$(cat "$f")"; fi
     done
@@ -120,6 +122,14 @@ down() {
         alive "$dir/slurmctld.pid" || alive "$dir/slurmd-node1.pid" || alive "$dir/slurmd-node2.pid" || break
         sleep 0.2
     done
+}
+
+down() {
+    stop_slurm
+    if [ -e "$dir/munged.ours" ] && alive /run/munge/munged.pid; then
+        kill "$(cat /run/munge/munged.pid)"
+    fi
+    rm -f "$dir/munged.ours"
     echo "slurm-local: down"
 }
 
