@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from . import deepspeed_config, emit, model_facts
+from . import cluster, deepspeed_config, emit, model_facts
 from .diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Diagnostic, Diagnostics
 from .normalise import normalise
 from .rules import Plan, check
@@ -65,6 +65,8 @@ class CompileResult:
             raise RuntimeError("refusing to write artefacts of a compile with errors")
         stale = () if emit.DEEPSPEED_JSON in self.files else (emit.DEEPSPEED_JSON,)
         emit.write_atomically(self.out_dir, self.files, remove=stale)
+        if cluster.LAUNCH_SH in self.files:  # run as ./launch.sh too
+            (self.out_dir / cluster.LAUNCH_SH).chmod(0o755)
         return self.out_dir
 
 
@@ -122,6 +124,7 @@ def _finish(src: Source, n, diags: Diagnostics, base_dir: Path, out_dir: Path | 
     files = {emit.ACCELERATE_YAML: emit.render_yaml(cfg)}
     if ds_text:
         files[emit.DEEPSPEED_JSON] = ds_text
+    files.update(cluster.files(s, plan, out_dir))  # launch.sh, slurm.sbatch, Kubernetes manifests
     files[emit.MANIFEST_JSON] = emit.render_json(emit.manifest(s, plan, _relative_settings_file(src, out_dir), src.text, files, diags))
     result.settings, result.files = s, files
     return result

@@ -147,9 +147,11 @@ def check(n: Normalised, diags: Diagnostics) -> tuple[Settings, Plan]:
                     "num_processes counts ranks on all machines together; each machine runs the same number")
     if hw.machine_rank >= hw.num_machines:
         diags.error("hardware.machine_rank", f"machine_rank {hw.machine_rank} must be below num_machines {hw.num_machines}")
-    if hw.num_machines > 1 and not hw.main_process_ip:
+    # Under Slurm or Kubernetes the scheduler names machine 0 when the job starts (launch.md).
+    if hw.num_machines > 1 and not hw.main_process_ip and s.cluster.type == "none":
         diags.error("hardware.main_process_ip", "a multi-machine run needs the address of machine 0",
-                    "set hardware.main_process_ip (main_process_ip)")
+                    "set hardware.main_process_ip (main_process_ip), or cluster.type = \"slurm\" or "
+                    "\"kubernetes\" to take it from the scheduler")
 
     # -- precision --------------------------------------------------------------------
     if s.training.mixed_precision == "fp16" and platform == "cpu":

@@ -138,6 +138,18 @@ class AccelerateSettings:
     dynamo_backend: str = 'no'
     parallelism_config: dict[str, Any] = field(default_factory=dict)
 
+@dataclass
+class ClusterSettings:
+    """How the job is started on several machines: a Slurm batch script or Kubernetes manifests beside the artefacts (launch.sh is always written for multi-machine builds)."""
+    type: str = 'none'
+    job_name: str = 'tuner'
+    script: list[str] = field(default_factory=list)
+    partition: str = ''
+    time: str = ''
+    account: str = ''
+    image: str = ''
+    namespace: str = 'default'
+
 
 @dataclass
 class Settings:
@@ -153,6 +165,7 @@ class Settings:
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
     output: OutputSettings = field(default_factory=OutputSettings)
     accelerate: AccelerateSettings = field(default_factory=AccelerateSettings)
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
     @classmethod
     def from_dict(cls, data: dict[str, dict[str, Any]]) -> "Settings":

@@ -17,6 +17,12 @@ the artefacts compiled to, the plugin the environment described, and rank/world 
 `load_state`, `get_state_dict`) is accelerate's production code, unchanged. The runtime's
 tests check the result: real DTensor sharding, DeepSpeed partitions, disjoint data shards
 and rank-0-only writes.
+
+tuner's trainer calls `correct_state` itself. For a person's own script (`tuner launch`),
+`install` wraps ``Accelerator.__init__`` in that process (before the script runs, from
+`runtime/bootstrap.py`) so that every `Accelerator` built there, the HF Trainer's
+included, is corrected right after its constructor, with the plugin objects the caller
+passed (the HF Trainer hands over its own `DeepSpeedPlugin`).
 """
 
 from __future__ import annotations
@@ -29,12 +35,33 @@ def needed(accelerator: Any) -> bool:
     return accelerator.device.type == "cpu"
 
 
-def correct_state(accelerator: Any, strategy: str) -> list[str]:
+def install(strategy: str) -> None:
+    """Correct every `Accelerator` built in this process from now on (idempotent)."""
+    from accelerate import Accelerator
+
+    if getattr(Accelerator.__init__, "_tuner_shim", False):
+        return
+    original = Accelerator.__init__
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        given = {k: kwargs.get(k) for k in ("fsdp_plugin", "deepspeed_plugin", "deepspeed_plugins")}
+        correct_state(self, strategy, given)
+        if strategy.startswith("zero") and needed(self):
+            self.native_amp = False  # DeepSpeed's JSON decides precision, as on GPUs
+
+    __init__._tuner_shim = True  # type: ignore[attr-defined]
+    __init__.__doc__ = original.__doc__
+    Accelerator.__init__ = __init__
+
+
+def correct_state(accelerator: Any, strategy: str, given: dict[str, Any] | None = None) -> list[str]:
     """Fix accelerate's state for `strategy` (the plan's) on CPU ranks; returns what changed."""
     import torch.distributed as dist
     from accelerate.state import AcceleratorState, PartialState
     from accelerate.utils import DeepSpeedPlugin, DistributedType, FullyShardedDataParallelPlugin
 
+    given = given or {}
     changes: list[str] = []
     if not needed(accelerator) or not dist.is_initialized():
         return changes
@@ -55,14 +82,16 @@ def correct_state(accelerator: Any, strategy: str) -> list[str]:
     put("local_process_index", int(os.environ.get("LOCAL_RANK", rank)))
 
     if strategy.startswith("fsdp"):
-        plugin = AcceleratorState._shared_state.get("fsdp_plugin") or FullyShardedDataParallelPlugin()
+        plugin = (AcceleratorState._shared_state.get("fsdp_plugin") or given.get("fsdp_plugin")
+                  or FullyShardedDataParallelPlugin())
         mp = AcceleratorState._shared_state.get("_mixed_precision", "no")
         if mp != "no":
             plugin.set_mixed_precision(mp)
         put("fsdp_plugin", plugin)
         put("distributed_type", DistributedType.FSDP)
     elif strategy.startswith("zero"):
-        plugins = AcceleratorState._shared_state.get("deepspeed_plugins") or DeepSpeedPlugin()
+        plugins = (AcceleratorState._shared_state.get("deepspeed_plugins") or given.get("deepspeed_plugins")
+                   or given.get("deepspeed_plugin") or DeepSpeedPlugin())
         if not isinstance(plugins, dict):
             plugins.set_mixed_precision(AcceleratorState._shared_state.get("_mixed_precision", "no"))
             plugins.select(_from_accelerator_state=True)

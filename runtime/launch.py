@@ -1,75 +1,81 @@
-"""Starting the ranks of a run from the compiled artefacts.
+"""The one launcher behind `tuner run` and `tuner launch`: start this machine's ranks.
 
 * GPUs: accelerate's own launcher with the compiled YAML
-  (``accelerate launch --config_file build/accelerate.yaml -m tuner.runtime.worker ...``).
+  (``accelerate launch --config_file build/accelerate.yaml [--module] ENTRY ...``).
 * CPU only: ``accelerate launch`` would start independent single-process runs for an
   FSDP/DeepSpeed config (docs/cpu-distributed-facts.md), so real gloo ranks are started
   with torch's elastic launcher (what ``torchrun`` uses), each with the environment
-  accelerate's launcher derives from the same YAML (`accelerate_env`).
+  accelerate's launcher derives from the same YAML (`launch_env.accelerate_env`).
+
+What a rank runs is an `Entry`: tuner's own trainer (``-m tuner.runtime.worker``) for
+`tuner run`, or ``-m tuner.runtime.bootstrap`` around a person's script for `tuner launch`.
+Everything else is shared: machine rank and rendezvous (`launch_env.Topology`), rank death,
+signals, exit codes and messages.
 
 A rank that dies ends the run: the elastic agent notices within `MONITOR_INTERVAL_S`, stops
 the others (SIGTERM, then SIGKILL after `STOP_GRACE_S`), and `launch` returns non-zero with
 a message naming the rank. Ranks blocked in a collective also fail on their own after the
-process-group timeout, and exit when their launcher disappears (worker's orphan watchdog).
+process-group timeout, and exit when their launcher disappears (`rank_guard`).
+
+SIGINT (Ctrl-C) or SIGTERM to the launcher stops every rank of this machine; ranks leave
+without a traceback (`rank_guard.quiet_signals`), the launcher prints one "interrupted" line
+naming the last complete checkpoint it can see and exits 128 + the signal number.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import socket
+import signal
 import subprocess
 import sys
 import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from .artefacts import Artefacts, RunError
+from .launch_env import Topology, accelerate_env, config_flags, free_port
+
+_free_port = free_port  # the name bench/runtime_overhead.py imports
+__all__ = ["Entry", "Topology", "accelerate_env", "launch", "script_entry", "worker_entry"]
 
 MONITOR_INTERVAL_S = 0.5
 STOP_GRACE_S = 10
 #: Upper bound from a rank's death to `tuner run` exiting (monitor + grace + teardown slack).
 DEATH_BOUND_S = MONITOR_INTERVAL_S + STOP_GRACE_S + 20
+#: Rendezvous wait: how long the first machine waits for the others to join.
+RDZV_TIMEOUT_S = int(os.environ.get("TUNER_RDZV_TIMEOUT", "300"))
 
 
-def accelerate_env(arts: Artefacts) -> dict[str, str]:
-    """The variables `accelerate launch --config_file <yaml>` would set for this config."""
-    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
-    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
+@dataclass
+class Entry:
+    """What every rank runs: ``python -m MODULE ARGS`` (ranks) for one command."""
 
-    args = launch_command_parser().parse_args(["--config_file", str(arts.accelerate_yaml), "tuner-worker"])
-    args, defaults, mp_from_config = _validate_launch_command(args)
-    if args.use_deepspeed:
-        fields = list(defaults.deepspeed_config.keys()) if defaults else []
-        if mp_from_config:
-            fields.append("mixed_precision")
-        args.deepspeed_fields_from_accelerate_config = ",".join(fields)
-        _, env = prepare_deepspeed_cmd_env(args)
-    else:
-        env = prepare_multi_gpu_env(args)
-    changed = {k: v for k, v in env.items() if os.environ.get(k) != v and k != "PYTHONPATH"}
-    if arts.plan.platform == "cpu" or args.use_cpu:
-        changed["ACCELERATE_USE_CPU"] = "true"
-    return changed
+    command: str  # "tuner run" / "tuner launch": the prefix of every message
+    module: str
+    args: list[str] = field(default_factory=list)
+    gpu_argv: list[str] | None = None
+    """What `accelerate launch` runs on GPUs (None: ``--module MODULE ARGS``)."""
+    checkpoints: bool = True
+    """Whether the run writes tuner checkpoints (named when it is interrupted)."""
 
 
-def _free_port(preferred: int) -> int:
-    for port in (preferred, 0):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
-    raise RunError("no free TCP port for the rendezvous")
-
-
-def worker_args(arts: Artefacts, resume: str, max_steps: int | None) -> list[str]:
-    out = [str(arts.build_dir)]
+def worker_entry(arts: Artefacts, resume: str, max_steps: int | None) -> Entry:
+    args = [str(arts.build_dir.resolve())]
+    if resume and os.path.exists(resume):
+        resume = os.path.abspath(resume)  # given relative to the caller's working directory
     if resume:
-        out += ["--resume", resume]
+        args += ["--resume", resume]
     if max_steps is not None:
-        out += ["--max-steps", str(max_steps)]
-    return out
+        args += ["--max-steps", str(max_steps)]
+    return Entry("tuner run", "tuner.runtime.worker", args)
+
+
+def script_entry(arts: Artefacts, target: list[str]) -> Entry:
+    """`target` is ``[SCRIPT, ARGS...]`` or ``["-m", MODULE, ARGS...]``."""
+    gpu = ["--module", *target[1:]] if target[0] == "-m" else list(target)
+    return Entry("tuner launch", "tuner.runtime.bootstrap", [str(arts.build_dir), *target], gpu_argv=gpu,
+                 checkpoints=False)
 
 
 def use_gpu_launcher(arts: Artefacts) -> bool:
@@ -83,71 +89,116 @@ def use_gpu_launcher(arts: Artefacts) -> bool:
         return False
 
 
-def launch(arts: Artefacts, resume: str = "", max_steps: int | None = None) -> int:
-    """Run every rank of this machine to the end; returns the exit status for `tuner run`.
-
-    Ranks start in the project directory (where the settings file is): the artefacts name
-    deepspeed.json and NVMe swap paths relative to it, as `accelerate launch --config_file
-    build/accelerate.yaml` run from the project root reads them."""
-    if resume and os.path.exists(resume):
-        resume = os.path.abspath(resume)  # given relative to the caller's working directory
-    with contextlib.chdir(arts.base_dir):
+def launch(arts: Artefacts, entry: Entry, topo: Topology | None = None) -> int:
+    """Run every rank of this machine to the end; returns the command's exit status."""
+    topo = topo or Topology.resolve(arts)
+    # tuner's own trainer runs in the project directory (where the settings file is): the
+    # settings' relative paths (output, NVMe swap) resolve against it, from any working
+    # directory. A person's script keeps the caller's working directory, as with `accelerate
+    # launch`; the DeepSpeed file reaches it by absolute path (`launch_env.config_flags`).
+    cwd = arts.base_dir if entry.checkpoints else Path.cwd()
+    with contextlib.chdir(cwd):
         if use_gpu_launcher(arts):
-            return _launch_accelerate(arts, resume, max_steps)
-        if arts.plan.platform not in ("cpu",) and arts.plan.platform != "auto":
-            print(f"tuner run: the artefacts target {arts.plan.platform} but no GPU is visible; "
+            return _launch_accelerate(arts, entry, topo)
+        if arts.plan.platform not in ("cpu", "auto"):
+            print(f"{entry.command}: the artefacts target {arts.plan.platform} but no GPU is visible; "
                   f"running on CPU gloo ranks instead", file=sys.stderr)
-        return _launch_cpu(arts, resume, max_steps)
+        return _launch_cpu(arts, entry, topo)
 
 
-def _launch_accelerate(arts: Artefacts, resume: str, max_steps: int | None) -> int:
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(arts.accelerate_yaml),
-           "--module", "tuner.runtime.worker", *worker_args(arts, resume, max_steps)]
-    return subprocess.call(cmd)
+def _launch_accelerate(arts: Artefacts, entry: Entry, topo: Topology) -> int:
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *config_flags(arts),
+           *topo.accelerate_flags(),
+           *(entry.gpu_argv if entry.gpu_argv is not None else ["--module", entry.module, *entry.args])]
+    proc = subprocess.Popen(cmd)
+    got: list[int] = []
+
+    def forward(signum, _frame):  # accelerate's launcher stops its ranks on these
+        got.append(signum)
+        proc.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        rc = proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if got:
+        return interrupted(arts, entry, got[0])
+    return rc if rc >= 0 else 128 - rc
 
 
-def _launch_cpu(arts: Artefacts, resume: str, max_steps: int | None) -> int:
+def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    topo = arts.manifest.get("topology", {})
-    if int(topo.get("num_machines", 1)) > 1:
-        raise RunError("multi-machine runs on CPU-only hosts are not supported by tuner run; "
-                       "compile with hardware.num_machines = 1, or run on GPU machines")
     nproc = max(1, int(arts.plan.processes_per_machine))
-    env = accelerate_env(arts)
+    if topo.num_machines == 1:  # one machine: any free port will do (another run may hold the compiled one)
+        topo.main_port = free_port(topo.main_port)
+    env = accelerate_env(arts, topo)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     os.environ.update(env)
-    port = _free_port(int(topo.get("main_process_port") or 29500))
+    if topo.num_machines > 1:
+        # Every machine must meet at the same address and port: no fallback port here.
+        endpoint, run_id = f"{topo.main_address}:{topo.main_port}", topo.run_id
+    else:
+        endpoint, run_id = f"127.0.0.1:{topo.main_port}", f"tuner-{uuid.uuid4().hex[:8]}"
     config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"tuner-{uuid.uuid4().hex[:8]}",
-        rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{port}", rdzv_configs={"timeout": 120},
+        min_nodes=topo.num_machines, max_nodes=topo.num_machines, nproc_per_node=nproc, run_id=run_id,
+        rdzv_backend="c10d", rdzv_endpoint=endpoint,
+        # Machine 0 hosts the rendezvous store; the others only connect (on one host, as in
+        # the tests, torch's hostname heuristic would make every machine try to host it).
+        rdzv_configs={"timeout": RDZV_TIMEOUT_S, "is_host": topo.machine_rank == 0},
         max_restarts=0, monitor_interval=MONITOR_INTERVAL_S, start_method="spawn",
     )
-    try:
-        import torch.distributed.launcher.api as api
+    import torch.distributed.launcher.api as api
 
-        if hasattr(api, "_DEFAULT_STOP_TIMEOUT"):
-            api._DEFAULT_STOP_TIMEOUT = STOP_GRACE_S  # pragma: no cover - only where torch exposes it
-    except Exception:
-        pass
+    if hasattr(api, "_DEFAULT_STOP_TIMEOUT"):
+        api._DEFAULT_STOP_TIMEOUT = STOP_GRACE_S  # pragma: no cover - only where torch exposes it
     try:
-        elastic_launch(config, sys.executable)("-m", "tuner.runtime.worker", *worker_args(arts, resume, max_steps))
+        elastic_launch(config, sys.executable)("-m", entry.module, *entry.args)
     except ChildFailedError as exc:
-        return _report_failure(exc)
+        return _report_failure(entry, exc)
+    except SignalException as exc:
+        return interrupted(arts, entry, int(exc.sigval))
+    except KeyboardInterrupt:  # a Ctrl-C that landed before torch installed its handler
+        return interrupted(arts, entry, int(signal.SIGINT))
+    except Exception as exc:  # rendezvous errors: another machine never came, or left
+        from torch.distributed.elastic.rendezvous.api import RendezvousError
+
+        if isinstance(exc, RendezvousError):
+            print(f"{entry.command}: rendezvous at {endpoint} failed ({type(exc).__name__}: {exc}); "
+                  f"every machine must run with the same build and reach machine 0 there", file=sys.stderr)
+            return 1
+        raise
     return 0
 
 
-def _report_failure(exc) -> int:
+def interrupted(arts: Artefacts, entry: Entry, signum: int) -> int:
+    """One line on Ctrl-C/SIGTERM; the exit status a shell gives a process killed by it."""
+    name = signal.Signals(signum).name
+    line = f"{entry.command}: interrupted ({name})"
+    if entry.checkpoints:
+        from .checkpoint import checkpoints_dir, latest_checkpoint
+
+        last = latest_checkpoint(checkpoints_dir(arts.output_dir))
+        line += (f"; last complete checkpoint: {last} (continue with --resume {last})" if last
+                 else "; no complete checkpoint was written")
+    print(line, file=sys.stderr, flush=True)
+    return 128 + signum
+
+
+def _report_failure(entry: Entry, exc) -> int:
     failures = exc.failures or {}
     if not failures:
-        print("tuner run: a rank failed", file=sys.stderr)
+        print(f"{entry.command}: a rank failed", file=sys.stderr)
         return 1
     first_rank, first = min(failures.items(), key=lambda kv: kv[1].timestamp)
     codes = sorted({f.exitcode for f in failures.values()})
-    if all(f.exitcode == 2 for f in failures.values()):
+    if entry.module == "tuner.runtime.worker" and all(f.exitcode == 2 for f in failures.values()):
         return 2  # a user error, already printed by rank 0
     desc = f"killed by signal {first.signal_name()}" if first.exitcode < 0 else f"exit code {first.exitcode}"
-    print(f"tuner run: rank {first_rank} failed ({desc}); the run was stopped on every rank "
+    print(f"{entry.command}: rank {first_rank} failed ({desc}); the run was stopped on every rank "
           f"(exit codes {codes}). See the rank's output above.", file=sys.stderr)
     return first.exitcode if first.exitcode > 0 else 1

@@ -10,30 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
-import time
-
-
-def _orphan_watchdog(poll_s: float = 2.0) -> None:
-    """Exit when the launcher that started this rank is gone (never linger as an orphan)."""
-    parent = os.getppid()
-    try:  # Linux: the kernel kills this rank when its launcher dies (no polling delay)
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:
-            os._exit(70)
-    except (OSError, AttributeError):
-        pass
-
-    def watch() -> None:
-        while True:
-            time.sleep(poll_s)
-            if os.getppid() != parent:
-                os._exit(70)
-
-    threading.Thread(target=watch, name="tuner-orphan-watchdog", daemon=True).start()
 
 
 def _shutdown() -> None:
@@ -59,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", default="")
     p.add_argument("--max-steps", type=int, default=None)
     args = p.parse_args(argv)
-    _orphan_watchdog()
+    from . import rank_guard
+
+    rank_guard.install()  # exit with the launcher; no traceback on SIGINT/SIGTERM
 
     from .artefacts import RunError, load
     from .families import FamilyError

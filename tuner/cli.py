@@ -25,6 +25,16 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
                         "the seed's own --fsdp_version=2 spelling works too")
 
 
+def _add_machine_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--machine-rank", type=int, default=None, metavar="N",
+                   help="this machine's rank in a multi-machine build (default: $SLURM_NODEID, "
+                        "$PET_NODE_RANK or the compiled hardware.machine_rank)")
+    p.add_argument("--main-address", default=None, metavar="HOST",
+                   help="machine 0's address (default: the compiled hardware.main_process_ip)")
+    p.add_argument("--main-port", type=int, default=None, metavar="PORT",
+                   help="rendezvous port on machine 0 (default: the compiled hardware.main_process_port)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tuner", description="Configure, compile and run multi-GPU training.")
     parser.add_argument("--version", action="version", version=f"tuner {__version__}")
@@ -57,7 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", type=Path, help="a build directory (with manifest.json) or a settings file")
     p.add_argument("--resume", default=None, help="'latest' or a checkpoint directory")
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps")
+    _add_machine_flags(p)
     _add_overrides(p)
+
+    p = sub.add_parser("launch", help="run your own training script on the compiled build's ranks",
+                       usage="tuner launch [--machine-rank N] BUILD_DIR (SCRIPT | -m MODULE) [ARGS...]")
+    p.add_argument("build_dir", type=Path, help="a build directory (with manifest.json)")
+    p.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT [ARGS...] or -m MODULE [ARGS...]")
+    _add_machine_flags(p)
 
     p = sub.add_parser("checkpoint", help="checkpoint tools")
     csub = p.add_subparsers(dest="checkpoint_command", metavar="ACTION")
@@ -132,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             from tuner.commands.wizard import run
         elif command == "run":
             from tuner.commands.run import run
+        elif command == "launch":
+            from tuner.commands.launch import run
         elif command == "checkpoint":
             from tuner.commands.checkpoint import run
         elif command == "blocks":
@@ -145,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         else:  # pragma: no cover - argparse restricts the choices
             parser.error(f"unknown command {command}")
     except ModuleNotFoundError as exc:
-        extra = {"wizard": "tui", "run": "runtime", "checkpoint": "runtime", "blocks": "runtime",
+        extra = {"wizard": "tui", "run": "runtime", "launch": "runtime", "checkpoint": "runtime", "blocks": "runtime",
                  "doctor": "runtime"}.get(command)
         if extra and exc.name and not exc.name.startswith("tuner"):
             print(f"tuner {command}: needs the '{extra}' extra ({exc.name} is not installed): "

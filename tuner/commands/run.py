@@ -58,9 +58,11 @@ def run(args) -> int:
         _check_trainable(arts)
         _check_resume(arts, args.resume)
         _clear_stale_offload(arts)
-        from tuner.runtime.launch import launch
+        from tuner.runtime.launch import Topology, launch, worker_entry
 
-        return launch(arts, resume=args.resume or "", max_steps=args.max_steps)
+        topo = Topology.resolve(arts, getattr(args, "machine_rank", None), getattr(args, "main_address", None),
+                                getattr(args, "main_port", None))
+        return launch(arts, worker_entry(arts, args.resume or "", args.max_steps), topo)
     except RunError as exc:
         print(f"tuner run: {exc.message}", file=sys.stderr)
         return exc.exit_code

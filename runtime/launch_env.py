@@ -1,0 +1,148 @@
+"""What a launcher needs to know before starting ranks: this machine's place in the job
+(`Topology`) and the environment accelerate's launcher derives from the compiled YAML
+(`accelerate_env`). No torch import at module level.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from dataclasses import dataclass
+
+from .artefacts import Artefacts, RunError
+
+#: Where schedulers put the machine (node) rank, first match wins after the command-line flag.
+#: SLURM_NODEID: Slurm (one launcher per node through srun); PET_NODE_RANK: Kubeflow's
+#: torch runtimes (Trainer v2 TrainJob and the v1 PyTorchJob); TUNER_MACHINE_RANK: by hand.
+MACHINE_RANK_ENV = ("TUNER_MACHINE_RANK", "SLURM_NODEID", "PET_NODE_RANK")
+#: Where schedulers put machine 0's address (after the flag; before the compiled value).
+MAIN_ADDRESS_ENV = ("TUNER_MAIN_ADDRESS", "PET_MASTER_ADDR")
+MAIN_PORT_ENV = ("TUNER_MAIN_PORT", "PET_MASTER_PORT")
+
+
+def _first_env(names: tuple[str, ...]) -> tuple[str, str] | None:
+    for n in names:
+        v = os.environ.get(n, "").strip()
+        if v:
+            return n, v
+    return None
+
+
+@dataclass
+class Topology:
+    num_machines: int
+    machine_rank: int
+    main_address: str
+    main_port: int
+    run_id: str
+
+    @classmethod
+    def resolve(cls, arts: Artefacts, machine_rank: int | None = None, main_address: str | None = None,
+                main_port: int | None = None) -> "Topology":
+        """Flag, else the scheduler's environment, else the compiled value."""
+        topo = arts.manifest.get("topology", {})
+        n = int(topo.get("num_machines", 1) or 1)
+        source = "--machine-rank"
+        if machine_rank is None:
+            found = _first_env(MACHINE_RANK_ENV) if n > 1 else None
+            if found:
+                source, raw = found
+                try:
+                    machine_rank = int(raw)
+                except ValueError:
+                    raise RunError(f"${source} = {raw!r} is not a machine rank (an integer)") from None
+            else:
+                source, machine_rank = "hardware.machine_rank", int(topo.get("machine_rank", 0) or 0)
+        if not 0 <= machine_rank < n:
+            raise RunError(f"machine rank {machine_rank} (from {source}) must be in 0..{n - 1}: "
+                           f"the build is compiled for {n} machine(s) (hardware.num_machines)")
+        if main_address is None:
+            found = _first_env(MAIN_ADDRESS_ENV)
+            main_address = found[1] if found else str(topo.get("main_process_ip") or "")
+        if not main_address:
+            if n > 1:
+                raise RunError("machine 0's address is unknown: pass --main-address HOST (or set "
+                               "$TUNER_MAIN_ADDRESS), or compile with hardware.main_process_ip")
+            main_address = "127.0.0.1"
+        if main_port is None:
+            found = _first_env(MAIN_PORT_ENV)
+            try:
+                main_port = int(found[1]) if found else int(topo.get("main_process_port") or 29500)
+            except ValueError:
+                raise RunError(f"${found[0]} = {found[1]!r} is not a port number") from None
+        # Every machine's launcher must name the same rendezvous; a scheduler's job id
+        # keeps two jobs from one build apart.
+        job = os.environ.get("TUNER_RUN_ID") or os.environ.get("SLURM_JOB_ID") or ""
+        digest = hashlib.sha256(f"{arts.manifest.get('settings_sha256', '')}:{main_port}:{job}".encode()).hexdigest()
+        return cls(n, machine_rank, main_address, main_port, f"tuner-{digest[:12]}")
+
+    def accelerate_flags(self) -> list[str]:
+        """The flags that put `accelerate launch` at this machine's place in the job."""
+        if self.num_machines <= 1:
+            return ["--main_process_port", str(self.main_port)]
+        return ["--machine_rank", str(self.machine_rank), "--main_process_ip", self.main_address,
+                "--main_process_port", str(self.main_port)]
+
+
+def config_flags(arts: Artefacts) -> list[str]:
+    """`accelerate launch` flags naming the compiled files by absolute path: the YAML names
+    deepspeed.json relative to the project directory, which need not be the working directory."""
+    flags = ["--config_file", str(arts.accelerate_yaml.resolve())]
+    if arts.deepspeed_json is not None:
+        flags += ["--deepspeed_config_file", str(arts.deepspeed_json.resolve())]
+    return flags
+
+
+def accelerate_env(arts: Artefacts, topo: Topology | None = None) -> dict[str, str]:
+    """The variables `accelerate launch --config_file <yaml>` would set for this config.
+
+    accelerate's own code derives them (`prepare_multi_gpu_env` / `prepare_deepspeed_cmd_env`,
+    the functions its launcher calls); only the variables that differ from this process's
+    environment are returned. On CPU targets ``ACCELERATE_USE_CPU`` is added: the ranks are gloo
+    ranks and `cpu_shim` restores the FSDP/DeepSpeed state accelerate leaves out on CPU.
+    """
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
+
+    argv = config_flags(arts)
+    if topo is not None:
+        argv += topo.accelerate_flags()
+    args = launch_command_parser().parse_args([*argv, "tuner-worker"])
+    args, defaults, mp_from_config = _validate_launch_command(args)
+    if topo is not None and topo.num_machines > 1 and topo.machine_rank == 0:
+        # accelerate refuses a busy main port on machine 0; tuner's own rendezvous is about
+        # to bind it on this very machine, so the check says nothing here.
+        import accelerate.utils.launch as acc_launch
+
+        saved, acc_launch.is_port_in_use = acc_launch.is_port_in_use, lambda *_: False
+    else:
+        acc_launch, saved = None, None
+    try:
+        if args.use_deepspeed:
+            fields = list(defaults.deepspeed_config.keys()) if defaults else []
+            if mp_from_config:
+                fields.append("mixed_precision")
+            args.deepspeed_fields_from_accelerate_config = ",".join(fields)
+            _, env = prepare_deepspeed_cmd_env(args)
+        else:
+            env = prepare_multi_gpu_env(args)
+    finally:
+        if acc_launch is not None:
+            acc_launch.is_port_in_use = saved
+    changed = {k: v for k, v in env.items() if os.environ.get(k) != v and k != "PYTHONPATH"}
+    if arts.plan.platform == "cpu" or args.use_cpu:
+        changed["ACCELERATE_USE_CPU"] = "true"
+    return changed
+
+
+def free_port(preferred: int) -> int:
+    for port in (preferred, 0):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RunError("no free TCP port for the rendezvous")

@@ -1,0 +1,75 @@
+"""Helpers for tests/launch: compile a settings dict, run `tuner launch`/`tuner run` as a
+person would (a subprocess), read what each rank of the plain script reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PLAIN = HERE / "plain_accelerate.py"
+
+CPU2 = {"hardware": {"platform": "cpu", "num_processes": 2}}
+#: Strategy -> settings sections for a 2-rank CPU build of the plain script.
+BUILDS = {
+    "ddp": {},
+    "fsdp2": {"fsdp": {"enabled": True, "version": 2, "auto_wrap_policy": "none"}},
+    "zero2": {"deepspeed": {"enabled": True, "zero_stage": 2}, "training": {"micro_batch_size": 8}},
+    "zero3": {"deepspeed": {"enabled": True, "zero_stage": 3}, "training": {"micro_batch_size": 8}},
+    "zero2_offload": {"deepspeed": {"enabled": True, "zero_stage": 2, "offload_optimizer": "cpu"},
+                      "training": {"micro_batch_size": 8}},
+}
+
+
+def _toml(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return repr(v)
+
+
+def write_settings(d: Path, *sections: dict) -> Path:
+    merged: dict = {}
+    for sec in sections:
+        for name, values in sec.items():
+            merged.setdefault(name, {}).update(values)
+    d.mkdir(parents=True, exist_ok=True)
+    text = "".join(f"[{name}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in values.items())
+                   for name, values in merged.items())
+    (d / "settings.toml").write_text(text)
+    return d / "settings.toml"
+
+
+def env(extra: dict | None = None) -> dict:
+    out = {**os.environ, "TUNER_PG_TIMEOUT": "60", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+    out.update(extra or {})
+    return out
+
+
+def compile_build(d: Path, *sections: dict) -> Path:
+    settings = write_settings(d, *sections)
+    c = subprocess.run([sys.executable, "-m", "tuner", "compile", str(settings), "-q"], capture_output=True,
+                       text=True, env=env(), timeout=120)
+    assert c.returncode == 0, c.stderr
+    return d / "build"
+
+
+def tuner(*args: str, cwd: Path, timeout: float = 300, extra_env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env(extra_env))
+
+
+def rank_reports(out: Path, world: int) -> list[dict]:
+    return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(world)]
+
+
+def falling(losses: list[float]) -> bool:
+    k = max(1, len(losses) // 4)
+    return sum(losses[-k:]) / k < 0.5 * sum(losses[:k]) / k

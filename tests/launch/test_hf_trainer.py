@@ -1,0 +1,42 @@
+"""`tuner launch` runs a script built on the HF Trainer (trl's SFTTrainer, tests/launch/hf_sft.py:
+a tiny Llama made from a config, the bundled tokenizer, a local dataset; no tuner import) on
+2 CPU ranks: one world of 2 that finishes with exit 0, on the FSDP2 and ZeRO-2 + CPU optimizer
+offload builds. The HF Trainer reads the accelerate/DeepSpeed environment tuner derived from
+the compiled YAML; the CPU shim corrects the `Accelerator` the Trainer builds."""
+
+from __future__ import annotations
+
+import pytest
+
+from launch_helpers import CPU2, HERE, compile_build, rank_reports, tuner
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("trl", reason="the HF-Trainer script needs trl (pip install 'tuner[test]')")
+
+HF_BUILDS = {
+    "fsdp2": {"fsdp": {"enabled": True, "version": 2}},  # transformer wrap: the model's _no_split_modules
+    "zero2_offload": {"deepspeed": {"enabled": True, "zero_stage": 2, "offload_optimizer": "cpu"},
+                      "training": {"micro_batch_size": 2}},
+}
+
+
+@pytest.mark.parametrize("strategy", sorted(HF_BUILDS))
+def test_hf_trainer_script_on_two_cpu_ranks(tmp_path, strategy):
+    from tuner.runtime.families.causal_lm import bundled_dir
+
+    build = compile_build(tmp_path, CPU2, HF_BUILDS[strategy])
+    out = tmp_path / "report"
+    p = tuner("launch", str(build), str(HERE / "hf_sft.py"), "--tokenizer", str(bundled_dir() / "tokenizer"),
+              "--out", str(out), "--steps", "4", "--batch", "2", cwd=tmp_path, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-5000:]
+    assert "Traceback" not in p.stderr
+    reports = rank_reports(out, 2)
+    for r, rep in enumerate(reports):
+        assert (rep["process_index"], rep["num_processes"], rep["args_world_size"]) == (r, 2, 2)
+        assert rep["global_step"] == 4 and len(rep["losses"]) == 4
+    if strategy == "fsdp2":
+        assert all(rep["distributed_type"] == "FSDP" and rep["is_fsdp"] and rep["dtensor_params"] > 0
+                   for rep in reports), reports
+    else:
+        assert all(rep["distributed_type"] == "DEEPSPEED" and rep["is_deepspeed"] and rep["zero_cpu_offload"]
+                   and rep["ds_optimizer"] == "DeepSpeedCPUAdam" for rep in reports), reports

@@ -1,0 +1,54 @@
+"""`tuner launch` runs a plain accelerate script (tests/launch/plain_accelerate.py, no tuner
+import) on 2 real gloo ranks for every strategy: each rank sees its own rank and a world of
+2, gets its own data rows, the loss falls, and parameters are sharded as the strategy says.
+
+ZeRO builds: the script brings its own torch optimizer, as plain accelerate scripts do; that
+needs a deepspeed.json without an "optimizer" block (accelerate refuses both at once).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from launch_helpers import BUILDS, CPU2, PLAIN, compile_build, falling, rank_reports, tuner
+
+pytestmark = pytest.mark.slow
+
+DIST_TYPE = {"ddp": "MULTI_CPU", "fsdp2": "FSDP", "zero2": "DEEPSPEED", "zero3": "DEEPSPEED"}
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2", "zero2", "zero3"])
+def test_plain_script_on_two_cpu_ranks(tmp_path, strategy):
+    build = compile_build(tmp_path, CPU2, BUILDS[strategy])
+    out = tmp_path / "report"
+    p = tuner("launch", str(build), str(PLAIN), "--out", str(out), "--steps", "16", cwd=tmp_path, timeout=400)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-5000:]
+    assert "Traceback" not in p.stderr
+    check_reports(strategy, rank_reports(out, 2))
+
+
+def check_reports(strategy: str, reports: list[dict]) -> None:
+    for r, rep in enumerate(reports):
+        assert (rep["process_index"], rep["num_processes"], rep["env_rank"], rep["env_world"]) == (r, 2, r, 2)
+        assert rep["distributed_type"] == DIST_TYPE[strategy]
+        assert falling(rep["losses"]), rep["losses"]
+    rows0, rows1 = set(reports[0]["rows"]), set(reports[1]["rows"])
+    assert not rows0 & rows1, "both ranks trained on the same rows: the dataloader is not sharded"
+    assert len(rows0 | rows1) == 16 * 8 * 2
+
+    total = sum(p.get("ds_numel", p["numel"]) for p in reports[0]["params"])
+    if strategy == "fsdp2":
+        for r, rep in enumerate(reports):
+            assert all(p["type"] == "DTensor" for p in rep["params"]), rep["params"]
+            held = sum(p["local_numel"] for p in rep["params"])
+            assert 0.4 < held / total < 0.6, (r, held, total)
+        for a, b in zip(reports[0]["params"], reports[1]["params"]):
+            assert a["local_numel"] + b["local_numel"] == a["numel"], (a, b)
+    if strategy == "zero3":
+        for rep in reports:
+            held = sum(p["local_numel"] for p in rep["params"])
+            full = sum(p["ds_numel"] for p in rep["params"])
+            assert full == total and 0.4 < held / full < 0.6, (held, full)
+    if strategy == "zero2":
+        for rep in reports:
+            assert 0.4 < rep["zero_partition_numel"] / total < 0.6, (rep["zero_partition_numel"], total)
