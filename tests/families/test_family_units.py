@@ -148,3 +148,48 @@ def test_bad_pair_files_are_family_errors_naming_file_and_line(tmp_path):
         read_pairs(bad)
     with pytest.raises(FamilyError, match="data file not found"):
         read_pairs(tmp_path / "missing.jsonl")
+
+
+def test_one_lora_builder_defaults_overrides_and_refusal():
+    """The shared builder: defaults when the settings name no targets, the settings' targets
+    otherwise, and (only_present) a clear FamilyError when no default names a layer."""
+    from types import SimpleNamespace
+
+    from tuner.runtime.families.base import FamilyError
+    from tuner.runtime.families.lora import apply_lora
+
+    def block():
+        return torch.nn.ModuleDict({"q_proj": torch.nn.Linear(4, 4), "v_proj": torch.nn.Linear(4, 4),
+                                    "up": torch.nn.Linear(4, 4)})
+
+    def settings(targets):
+        return SimpleNamespace(lora_rank=2, lora_alpha=4.0, lora_dropout=0.0, lora_target_modules=targets)
+
+    def adapted(model):
+        return sorted({n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in model.named_parameters() if "lora_A" in n})
+
+    assert adapted(apply_lora(block(), settings([]), ["q_proj", "k_proj", "v_proj"], only_present=True)) == [
+        "q_proj", "v_proj"]
+    assert adapted(apply_lora(block(), settings(["up"]), ["q_proj"])) == ["up"]
+    model = apply_lora(block(), settings([]), ["q_proj"])
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == {
+        n for n, _ in model.named_parameters() if "lora_" in n}
+    with pytest.raises(FamilyError, match="no LoRA target modules found.*lora_target_modules"):
+        apply_lora(block(), settings([]), ["query", "key"], only_present=True)
+
+
+def test_text_conditioner_tokenize_encode_is_the_sampling_path():
+    """Training tokenises in collate and encodes per batch; sampling calls the conditioner:
+    both must give the same conditioning (one implementation)."""
+    from tuner.runtime.families.diffusion.conditioning import TINY_TEXT_LEN, load_text_conditioner
+
+    cond = load_text_conditioner(None, 32, 16)
+    captions = ["a red square", "two blue circles"]
+    enc = cond.tokenize(captions)
+    assert enc["input_ids"].shape == (2, TINY_TEXT_LEN)
+    hidden, pooled = cond.encode(enc["input_ids"], enc["attention_mask"])
+    assert hidden.shape == (2, TINY_TEXT_LEN, 32) and pooled.shape == (2, 16)
+    hidden2, pooled2 = cond(captions, "cpu")
+    torch.testing.assert_close(hidden2, hidden)
+    torch.testing.assert_close(pooled2, pooled)
+    assert not any(p.requires_grad for p in cond.encoder.parameters())
