@@ -37,7 +37,7 @@ class Reporter:
         from tqdm.auto import tqdm
 
         self._bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True,
-                         file=sys.stderr, disable=not sys.stderr.isatty() and False)
+                         file=sys.stderr)
 
     def message(self, text: str) -> None:
         if not self.main:

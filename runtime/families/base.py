@@ -2,9 +2,10 @@
 
 A family answers the model-specific questions of a run: how to build the model (for real,
 or on the meta device for inspection), which module classes FSDP wraps as units, which
-modules stay out of sharding and optimisation (frozen text encoders, VAEs), what the data
-is, what the loss of a batch is, how validation is scored, and how a full model is written
-so that ``from_pretrained`` loads it.
+parameters are optimised, what the data is, what the loss of a batch is, how validation is
+scored, and how a full model is written so that ``from_pretrained`` loads it. Frozen helpers
+(a diffusion model's text encoder and VAE) are family attributes, never part of the model
+the trainer prepares, so nothing shards or optimises them.
 
 Life cycle in one rank of `tuner run` (the trainer's order)::
 
@@ -128,11 +129,6 @@ class Family:
         (default: the model's ``_no_split_modules``)."""
         return list(getattr(model, "_no_split_modules", None) or [])
 
-    def frozen_modules(self, model: "torch.nn.Module") -> list["torch.nn.Module"]:
-        """Sub-modules kept out of sharding and optimisation (e.g. a diffusion model's VAE and
-        text encoders). They keep ``requires_grad=False`` and are not wrapped by FSDP."""
-        return []
-
     def trainable_parameters(self, model: "torch.nn.Module") -> Iterable["torch.nn.Parameter"]:
         """Parameters the optimizer updates (default: every parameter that requires grad)."""
         return [p for p in model.parameters() if p.requires_grad]
@@ -180,11 +176,6 @@ class Family:
         family's ``from_pretrained`` loads. `state_dict` is the full, gathered state of the
         model `build_model` returns (after `prepare_model`), as CPU tensors. Rank 0 only."""
         raise NotImplementedError
-
-    # -- EMA (optional) -------------------------------------------------------------
-    def ema_parameters(self, model: "torch.nn.Module") -> Iterable["torch.nn.Parameter"]:
-        """Parameters an EMA shadows (default: the trainable ones)."""
-        return self.trainable_parameters(model)
 
     # -- run hooks (optional; all no-ops by default) -----------------------------------
     # Called by the trainer on EVERY rank, so a hook may use collectives.

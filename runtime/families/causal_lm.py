@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import Family, FamilyContext, FamilyError, read_jsonl
+from .lora import apply_lora
 
 #: Tiny configurations built locally (no download). Sizes are Llama config fields.
 BUILTIN: dict[str, dict[str, Any]] = {
@@ -132,13 +133,7 @@ class CausalLMFamily(Family):
         return model
 
     def _lora(self, model):
-        from peft import LoraConfig, get_peft_model
-
-        m = self.settings.model
-        targets = m.lora_target_modules or ["q_proj", "v_proj"]
-        cfg = LoraConfig(r=m.lora_rank, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
-                         target_modules=targets, task_type="CAUSAL_LM")
-        return get_peft_model(model, cfg)
+        return apply_lora(model, self.settings.model, ["q_proj", "v_proj"], task_type="CAUSAL_LM")
 
     # -- data -----------------------------------------------------------------------
     def _pack(self, docs: list[str]):

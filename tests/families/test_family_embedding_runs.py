@@ -22,7 +22,8 @@ def _baseline_recall() -> tuple[float, list[dict]]:
     """Held-out recall@1 of the untrained packaged model, on the split the runs use."""
     from tuner.compiler.settings import Settings
     from tuner.runtime.families.base import FamilyContext
-    from tuner.runtime.families.embedding import EmbeddingFamily, evaluate_retrieval
+    from tuner.runtime.families.embedding import EmbeddingFamily
+    from tuner.runtime.families.embedding.evaluate import evaluate_retrieval
 
     s = Settings.from_dict({"model": {"family": "embedding", "path": "builtin:all-minilm-l6-v2"},
                             "data": {"seq_len": 32, "validation_split": 0.4}})
@@ -61,7 +62,8 @@ def test_minilm_improves_held_out_recall(runs, baseline, name):
 def test_export_loads_and_embeds_like_the_trained_model(runs, baseline, name):
     from transformers import AutoModel, AutoTokenizer
 
-    from tuner.runtime.families.embedding import EmbeddingModel, encode
+    from tuner.runtime.families.embedding.evaluate import encode
+    from tuner.runtime.families.embedding.model import EmbeddingModel
 
     run = runs[name].check()
     final = run.out / "final"
