@@ -7,16 +7,31 @@ here does at module level; heavy subcommands import their modules inside their h
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
+import time
+import traceback
 from pathlib import Path
 
 from tuner import __version__
-
-EXIT_USAGE = 2
+from tuner.compiler.diagnostics import (EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK,
+                                        EXIT_USAGE)
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse exits 2 on usage errors already; keep its message, drop the traceback risk."""
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (``--max-steps 0`` would export an untrained model)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more (got {value})")
+    return value
 
 
 def _add_overrides(p: argparse.ArgumentParser) -> None:
@@ -51,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="train from a build directory or settings file on real ranks")
     p.add_argument("target", type=Path, help="a build directory (with manifest.json) or a settings file")
     p.add_argument("--resume", default=None, help="'latest' or a checkpoint directory")
-    p.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps")
+    p.add_argument("--max-steps", type=_positive_int, default=None, help="stop after this many optimizer steps (1 or more)")
     _add_overrides(p)
 
     p = sub.add_parser("checkpoint", help="checkpoint tools")
@@ -107,7 +122,93 @@ def _split_seed_flags(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every way out is an exit code from the README's table.
+
+    Errors a person can fix are handled by each command. What escapes them is sorted here:
+    Ctrl-C, a closed pipe (``| head``), an OSError (an I/O problem, reported in one line
+    naming the file: "No space left on device", "Read-only file system"), and anything else,
+    which is a bug: one line says so and the traceback goes to a file, not the terminal.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv and not argv[0].startswith("-") else "wizard"
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        print(f"tuner {command}: error: {describe_os_error(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except RecursionError:
+        # Inputs are depth-checked where they are read; one that slipped through is a bug too,
+        # but say what probably caused it.
+        path = save_traceback(command)
+        print(f"tuner {command}: internal error (a bug in tuner): input nested too deeply; "
+              f"traceback saved to {path}", file=sys.stderr)
+        return EXIT_INTERNAL
+    except Exception as exc:  # noqa: BLE001 - the last line of defence, by design
+        path = save_traceback(command)
+        print(f"tuner {command}: internal error (a bug in tuner, please report it): "
+              f"{type(exc).__name__}: {_one_line(str(exc))}; traceback saved to {path}", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One sentence for an I/O failure, naming the file (ENOSPC says "No space left on ...")."""
+    where = exc.filename if exc.filename is not None else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"No space left on device: {where or 'the output'}; free space there or write elsewhere"
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"{reason}: {where}" if where else reason
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def save_traceback(command: str) -> str:
+    """Write the current exception's traceback to a file (the cache directory, else the
+    temporary directory) and return its path; never raises."""
+    text = f"tuner {__version__} {command}: {' '.join(sys.argv)}\n\n{traceback.format_exc()}"
+    name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    candidates = []
+    try:
+        from tuner.compiler.block_cache import cache_dir
+
+        candidates.append(cache_dir() / "crashes")
+    except Exception:  # noqa: BLE001 - a broken cache setting must not hide the crash
+        pass
+    import tempfile
+
+    candidates.append(Path(tempfile.gettempdir()))
+    for folder in candidates:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / name
+            path.write_text(text, encoding="utf-8")
+            return str(path)
+        except OSError:
+            continue
+    return "(nowhere: no writable directory)"
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush
+    does not print "Exception ignored ... BrokenPipeError"."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (tests capture stdout)
+        pass
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] in ("compile", "run", "estimate"):
         argv = _split_seed_flags(argv)
     parser = build_parser()
@@ -147,8 +248,4 @@ def main(argv: list[str] | None = None) -> int:
                   f"pip install 'tuner[{extra}]'", file=sys.stderr)
             return EXIT_USAGE
         raise
-    try:
-        return int(run(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return int(run(args) or EXIT_OK)

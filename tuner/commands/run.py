@@ -10,8 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-EXIT_USAGE = 2
-EXIT_INVALID = 1
+from tuner.compiler.diagnostics import EXIT_INVALID, EXIT_USAGE
 
 
 def _compile(settings: Path, overrides: list[str]) -> Path | int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-EXIT_USAGE = 2
+from tuner.compiler.diagnostics import EXIT_INTERRUPTED, EXIT_USAGE
 
 
 class OpenError(Exception):
@@ -45,5 +45,5 @@ def run(args) -> int:
     try:
         code = app.run()
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     return int(code or 0)
