@@ -160,6 +160,8 @@ _ENCODERS = ("bert", "roberta", "xlm-roberta", "electra", "camembert", "mpnet")
 def analytic_shapes(config: dict[str, Any]) -> tuple[list[int], str] | None:
     """Parameter sizes and kind for a transformers config, or None when the shape is unknown."""
     mt = str(config.get("model_type", ""))
+    if _too_many_parameters_to_list(config):
+        return None
     try:
         if mt == "gpt2":
             return _gpt2_shapes(config), "decoder"
@@ -167,9 +169,30 @@ def analytic_shapes(config: dict[str, Any]) -> tuple[list[int], str] | None:
             return _encoder_shapes(config), "encoder"
         if {"hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"} <= set(config):
             return _decoder_shapes(config), "decoder"
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError):
         return None
     return None
+
+
+#: More parameter tensors than this are not listed one by one (real models have thousands;
+#: a hand-made config.json with millions of layers once took half a minute to compile).
+MAX_LISTED_TENSORS = 1_000_000
+
+
+def _too_many_parameters_to_list(config: dict[str, Any]) -> bool:
+    """True when the config's layer and expert counts are not plausible small integers."""
+    counts = []
+    for key in ("num_hidden_layers", "n_layer", "num_local_experts", "num_experts"):
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LISTED_TENSORS:
+            return True
+        counts.append(max(1, value))
+    total = 1
+    for n in counts:
+        total *= n
+    return total * 16 > MAX_LISTED_TENSORS
 
 
 def _histogram(sizes: list[int]) -> dict[int, int]:
@@ -225,10 +248,12 @@ def model_size(s: Settings, base_dir: Path | None = None) -> tuple[ModelSize | N
     if cfg_file is None:
         return None, (f"model {m.path} is not available here (no config.json); "
                       "the estimate needs the model's size: run the estimate where the model is")
+    from .files import FileError, load_json
+
     try:
-        config = json.loads(cfg_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None, f"cannot read {cfg_file}"
+        config = load_json(cfg_file, "model config")
+    except FileError as exc:
+        return None, exc.message
     shapes = analytic_shapes(config) if isinstance(config, dict) and "_class_name" not in config else None
     if shapes is None:
         return None, (f"no parameter count for {m.path}: run `tuner blocks {m.path}` once "

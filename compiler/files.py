@@ -18,6 +18,7 @@ Pure Python, no torch: the compiler uses it.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -179,3 +180,14 @@ def non_finite(value: Any, path: str = "") -> str | None:
         elif isinstance(node, list):
             stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
     return None
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One sentence for an I/O failure, naming the file (ENOSPC says "No space left on ...")."""
+    where = exc.filename if exc.filename is not None else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"No space left on device: {where or 'the output'}; free space there or write elsewhere"
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if where and str(where) not in reason:
+        return f"{reason}: {where}"
+    return reason

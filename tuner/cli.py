@@ -7,7 +7,6 @@ here does at module level; heavy subcommands import their modules inside their h
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 from tuner import __version__
 from tuner.compiler.diagnostics import (EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK,
                                         EXIT_USAGE)
+from tuner.compiler.files import describe_os_error
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,6 +34,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _nonempty_path(text: str) -> Path:
+    """argparse type: a path that is not empty (``--out ""`` is an unset shell variable,
+    not a wish to write into the current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; name a path")
+    return Path(text)
+
+
 def _add_overrides(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting (canonical key like fsdp.version or a flat alias like fsdp_version); "
@@ -47,14 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compile", help="validate settings.toml and write accelerate.yaml, deepspeed.json, manifest.json")
     p.add_argument("settings", type=Path, help="the settings file")
-    p.add_argument("--out", type=Path, default=None, help="output directory (default: build/ beside the settings)")
+    p.add_argument("--out", type=_nonempty_path, default=None, help="output directory (default: build/ beside the settings)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="diagnostics format")
     p.add_argument("--quiet", "-q", action="store_true", help="print errors and warnings only")
     _add_overrides(p)
 
     p = sub.add_parser("import", help="turn an accelerate YAML, DeepSpeed JSON or flat config into settings.toml")
     p.add_argument("sources", type=Path, nargs="+", help="accelerate YAML, DeepSpeed JSON, or a SimpleTuner-style JSON/TOML")
-    p.add_argument("--out", "-o", type=Path, default=Path("settings.toml"), help="settings file to write")
+    p.add_argument("--out", "-o", type=_nonempty_path, default=Path("settings.toml"), help="settings file to write")
     p.add_argument("--force", action="store_true", help="overwrite an existing settings file")
 
     p = sub.add_parser("schema", help="print the settings JSON Schema, or one key's documentation")
@@ -73,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     csub = p.add_subparsers(dest="checkpoint_command", metavar="ACTION")
     e = csub.add_parser("export", help="export a checkpoint as a full model that from_pretrained loads")
     e.add_argument("checkpoint", type=Path)
-    e.add_argument("--out", type=Path, required=True)
+    e.add_argument("--out", type=_nonempty_path, required=True,
+                   help="a new or empty directory, or one an earlier export wrote (its other files are kept)")
 
     p = sub.add_parser("blocks", help="list a model's module classes and suggest FSDP wrap classes (meta device)")
     p.add_argument("model", help="a local model directory or builtin[:NAME]")
@@ -158,15 +167,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
-def describe_os_error(exc: OSError) -> str:
-    """One sentence for an I/O failure, naming the file (ENOSPC says "No space left on ...")."""
-    where = exc.filename if exc.filename is not None else ""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return f"No space left on device: {where or 'the output'}; free space there or write elsewhere"
-    reason = exc.strerror or str(exc) or type(exc).__name__
-    return f"{reason}: {where}" if where else reason
-
-
 def _one_line(text: str, limit: int = 200) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -208,7 +208,15 @@ def _silence_stdout() -> None:
         pass
 
 
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    """Warnings (a corrupt cache, ignored) as one plain line, not Python's source excerpt."""
+    return f"warning: {message}\n"
+
+
 def _main(argv: list[str]) -> int:
+    import warnings
+
+    warnings.formatwarning = _warning_line
     if argv and argv[0] in ("compile", "run", "estimate"):
         argv = _split_seed_flags(argv)
     parser = build_parser()

@@ -31,7 +31,9 @@ def _compile(settings: Path, overrides: list[str]) -> Path | int:
     try:
         return result.write()
     except OSError as exc:
-        print(f"{result.out_dir}: error: cannot write artefacts: {exc}", file=sys.stderr)
+        from tuner.compiler.files import describe_os_error
+
+        print(f"{result.out_dir}: error: cannot write artefacts: {describe_os_error(exc)}", file=sys.stderr)
         return EXIT_USAGE
 
 
