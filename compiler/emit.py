@@ -291,9 +291,11 @@ def _stage(out_dir: Path, files: dict[str, str]) -> list[tuple[str, Path]]:
                 fh.flush()
                 os.fsync(fh.fileno())
                 os.fchmod(fh.fileno(), ARTEFACT_MODE)
-    except BaseException:
+    except BaseException as exc:
         for _, tmp in staged:
             tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(out_dir / staged[-1][0]) if staged else str(out_dir)  # name it in the message
         raise
     staged.sort(key=lambda item: item[0] == MANIFEST_JSON)
     return staged

@@ -54,13 +54,18 @@ def run(args) -> int:
 
     from tuner.runtime.artefacts import RunError, load
 
+    from tuner.runtime.run_lock import acquire_run_lock
+
     try:
         arts = load(build_dir)
-        _check_resume(arts, args.resume)
-        _clear_stale_offload(arts)
-        from tuner.runtime.launch import launch
+        # One run per output directory; taking the lock also proves the directory writable
+        # before any rank starts. The lock dies with this process (kill -9 included).
+        with acquire_run_lock(arts.output_dir):
+            _check_resume(arts, args.resume)
+            _clear_stale_offload(arts)
+            from tuner.runtime.launch import launch
 
-        return launch(arts, resume=args.resume or "", max_steps=args.max_steps)
+            return launch(arts, resume=args.resume or "", max_steps=args.max_steps)
     except RunError as exc:
         print(f"tuner run: {exc.message}", file=sys.stderr)
         return exc.exit_code
