@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import tempfile
+from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,11 @@ def sha256(text: str) -> str:
 
 def tool_versions() -> dict[str, str]:
     """Versions from package metadata: no heavy import happens here."""
+    return dict(_tool_versions())
+
+
+@lru_cache(maxsize=1)  # reading package metadata was half of a compile's time (the wizard compiles on every edit)
+def _tool_versions() -> dict[str, str]:
     out = {"python": ".".join(map(str, sys.version_info[:3]))}
     for dist in ("tuner", "torch", "accelerate", "deepspeed", "transformers", "diffusers"):
         try:
