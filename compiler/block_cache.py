@@ -233,7 +233,7 @@ def _read() -> dict[str, Any]:
             raise FileError(f"{path}: not a JSON object with 'entries'", content=True)
     except FileError as exc:
         if not exc.missing:
-            _warn_once(f"the block-detection cache is unusable ({exc.message}); treating it as empty")
+            _warn_once(f"the block-detection cache is corrupt or unreadable ({exc.message}); treating it as empty")
         return {}
     return data.get("entries", {})
 

@@ -156,7 +156,7 @@ def test_corrupt_hardware_facts_and_detection_cache_warn_once_and_compile(tmp_pa
 
     p = compile_with(str(tmp_path / "facts.json"))
     assert p.returncode == EXIT_OK, p.stderr
-    assert p.stderr.count("block-detection cache is unusable") == 1, p.stderr
+    assert p.stderr.count("block-detection cache is corrupt") == 1, p.stderr
     assert p.stderr.count("TUNER_HARDWARE_FACTS file") == 1, p.stderr
     p = compile_with("/dev/zero")
     assert p.returncode == EXIT_OK and p.stderr.count("not a regular file") == 1, p.stderr
