@@ -98,7 +98,7 @@ def _load(path: Path) -> Any:
         else:
             data = files.parse_json(text, str(path))
     except files.FileError as exc:
-        raise ImportError_(exc.message) from None
+        raise ImportError_(f"{path} does not parse: {exc.message}" if exc.content else exc.message) from None
     except ValueError as exc:  # tomllib.TOMLDecodeError
         raise ImportError_(f"{path} does not parse: {exc}") from None
     return _toml_shaped(data, path)

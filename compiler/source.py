@@ -34,6 +34,8 @@ class KeyLocator:
     """Maps dotted key paths (as written in the file) to (line, column)."""
 
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    deepest: int = 0
+    """The most parts of any key path seen (table header + dotted key)."""
 
     @classmethod
     def scan(cls, text: str) -> "KeyLocator":
@@ -51,11 +53,14 @@ class KeyLocator:
             header = _HEADER.fullmatch(line.strip())
             if header:
                 table = _split_dotted(header.group(1).strip())
+                loc.deepest = max(loc.deepest, len(table))
                 loc.positions.setdefault(".".join(table), (lineno, line.index("[") + 1))
                 continue
             key = _KEY.match(line)
             if key:
-                path = ".".join(table + _split_dotted(key.group(1)))
+                parts = table + _split_dotted(key.group(1))
+                loc.deepest = max(loc.deepest, len(parts))
+                path = ".".join(parts)
                 column = len(line) - len(line.lstrip()) + 1
                 loc.positions.setdefault(path, (lineno, column))
         return loc
@@ -104,6 +109,10 @@ def read_settings(path: Path) -> Source:
 
 
 def parse_settings_text(text: str, path: Path | None = None) -> Source:
+    locator = KeyLocator.scan(text)  # linear; first, because it also bounds tomllib's work:
+    # tomllib resolves a dotted key from the root once per part, quadratic in its length.
+    if locator.deepest > files.MAX_DEPTH:
+        raise SourceError(f"invalid settings: a key nested more than {files.MAX_DEPTH} levels deep")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -119,4 +128,4 @@ def parse_settings_text(text: str, path: Path | None = None) -> Source:
     problem = files.nesting_problem(data)  # dotted keys nest without recursion in the parser
     if problem:
         raise SourceError(f"invalid settings: {problem}")
-    return Source(path, data, KeyLocator.scan(text), text)
+    return Source(path, data, locator, text)
