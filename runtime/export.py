@@ -117,7 +117,10 @@ def export_checkpoint(path: Path, out_dir: Path) -> Path:
 
 
 def _damaged(path: Path, exc: BaseException) -> RunError:
-    text = " ".join(str(exc).split())[:300] or type(exc).__name__
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if any(line.startswith("Traceback") for line in lines):  # DCP's error embeds each rank's traceback
+        lines = lines[-1:]  # its last line is the root cause ("FileNotFoundError: ...")
+    text = " ".join(" ".join(lines).split())[:300] or type(exc).__name__
     return RunError(f"checkpoint {path} is damaged: its model state cannot be read ({type(exc).__name__}: {text})"
                     f"{ckpt.intact_hint(path, action='export')}")
 
