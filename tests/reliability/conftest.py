@@ -51,3 +51,16 @@ def finished_run(tmp_path_factory) -> Path:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (d / "out" / "checkpoints" / "step-2").is_dir() and (d / "out" / "checkpoints" / "step-4").is_dir()
     return d
+
+
+@pytest.fixture(scope="session")
+def finished_fsdp_run(tmp_path_factory) -> Path:
+    """A finished 1-rank FSDP2 run with a sharded (DCP) checkpoint at step 2."""
+    d = tmp_path_factory.mktemp("finished_fsdp_run")
+    settings = write_tiny_run(d, steps=2)
+    settings.write_text(settings.read_text() + "[fsdp]\nenabled = true\nversion = 2\n", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "tuner", "run", str(settings)], cwd=d, capture_output=True,
+                          text=True, timeout=400, env=run_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (d / "out" / "checkpoints" / "step-2" / "pytorch_model_fsdp_0" / ".metadata").is_file()
+    return d

@@ -167,3 +167,21 @@ def test_a_second_run_is_refused_while_the_first_lives_and_a_killed_run_leaves_n
     third = subprocess.run([sys.executable, "-m", "tuner", "run", str(settings), "--max-steps", "1"], cwd=cwd,
                            env=run_env(), capture_output=True, text=True, timeout=300)
     assert third.returncode == EXIT_OK, third.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["metadata-missing", "metadata-empty", "metadata-truncated", "shard-truncated"])
+def test_export_of_a_damaged_sharded_checkpoint_is_a_clear_error(finished_fsdp_run, tmp_path, damage):
+    ckpt = tmp_path / "step-2"
+    shutil.copytree(finished_fsdp_run / "out" / "checkpoints" / "step-2", ckpt)
+    dcp = ckpt / "pytorch_model_fsdp_0"
+    target = dcp / (".metadata" if damage.startswith("metadata") else "__0_0.distcp")
+    if damage.endswith("missing"):
+        target.unlink()
+    elif damage.endswith("empty"):
+        target.write_bytes(b"")
+    else:
+        target.write_bytes(target.read_bytes()[: max(1, target.stat().st_size // 3)])
+    code, out, err = tuner("checkpoint", "export", ckpt, "--out", tmp_path / "export", timeout_s=300)
+    assert code == EXIT_USAGE and f"checkpoint {ckpt} is damaged" in err, err
+    assert "Traceback" not in err and not (tmp_path / "export").exists()
