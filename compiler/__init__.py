@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from . import cluster, deepspeed_config, emit, model_facts
+from .files import FileError, load_yaml
 from .diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Diagnostic, Diagnostics
 from .normalise import normalise
 from .rules import Plan, check
@@ -63,6 +62,7 @@ class CompileResult:
         """Write the artefacts (only when there are no errors); returns the directory."""
         if not self.ok or self.out_dir is None:
             raise RuntimeError("refusing to write artefacts of a compile with errors")
+        # A DDP/FSDP build replacing a DeepSpeed one: its deepspeed.json goes (when tuner wrote it).
         stale = () if emit.DEEPSPEED_JSON in self.files else (emit.DEEPSPEED_JSON,)
         emit.write_atomically(self.out_dir, self.files, remove=stale)
         if cluster.LAUNCH_SH in self.files:  # run as ./launch.sh too
@@ -149,13 +149,10 @@ def _load_base(text: str, base_dir: Path, diags: Diagnostics) -> dict[str, Any]:
     if not path.is_absolute():
         path = base_dir / path
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        diags.error("accelerate.base", f"base accelerate config not found: {path}",
-                    "fix the path, or remove accelerate.base to write a fresh config")
-        return {}
-    except (OSError, ValueError, yaml.YAMLError) as exc:  # ValueError: undecodable text, NUL in the path
-        diags.error("accelerate.base", f"cannot read base accelerate config {path!r}: {exc}")
+        loaded = load_yaml(path, "base accelerate config")
+    except FileError as exc:
+        diags.error("accelerate.base", exc.message,
+                    "fix the path, or remove accelerate.base to write a fresh config" if exc.missing else "")
         return {}
     if not isinstance(loaded, dict):
         diags.error("accelerate.base", f"base accelerate config {path} is not a YAML mapping")
@@ -166,8 +163,24 @@ def _load_base(text: str, base_dir: Path, diags: Diagnostics) -> dict[str, Any]:
                     "machines (LOCAL_MACHINE), so it cannot merge into it",
                     f"remove accelerate.base, or import it instead: tuner import {path}")
         return {}
+    if not _base_keys_ok(loaded, path, diags):
+        return {}
     diags.note("accelerate.base", f"merging into {path}; its other keys are kept")
     return loaded
+
+
+def _base_keys_ok(loaded: dict[Any, Any], path: Path, diags: Diagnostics) -> bool:
+    """The base's keys are copied into accelerate.yaml: refuse what accelerate's loader
+    would refuse there (unknown top-level keys, a block that is not a mapping)."""
+    unknown = sorted(str(k) for k in loaded if not isinstance(k, str) or k not in emit.ACCELERATE_CONFIG_KEYS)
+    if unknown:
+        diags.error("accelerate.base", f"{path} has keys accelerate's config loader refuses: {', '.join(unknown)}",
+                    "remove them from the base config (or upgrade accelerate if they are new)")
+    blocks = sorted(k for k in emit.ACCELERATE_CONFIG_BLOCKS if loaded.get(k) is not None and not isinstance(loaded[k], dict))
+    if blocks:
+        diags.error("accelerate.base", f"{path}: {', '.join(blocks)} must be a mapping of keys",
+                    "fix or remove it in the base config")
+    return not unknown and not blocks
 
 
 def compile_text(text: str, overrides: list[str] | tuple[str, ...] = (), path: Path | None = None,

@@ -154,7 +154,11 @@ def model_config_file(path: str | os.PathLike, flavour: str = "") -> Path | None
 
 
 def file_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """SHA-256 of a config file (read through the safe reader: a regular file, size-capped;
+    `files.FileError` otherwise)."""
+    from .files import read_bytes
+
+    return hashlib.sha256(read_bytes(path, "model config")).hexdigest()
 
 
 def builtin_sha256(config: dict[str, Any]) -> str:
@@ -186,9 +190,11 @@ def current_fingerprint(model: str, family: str | None, flavour: str = "") -> st
     cfg = model_config_file(model, flavour)
     if cfg is None:
         return None
+    from .files import FileError
+
     try:
         return file_sha256(cfg)
-    except OSError:
+    except (OSError, FileError):
         return None
 
 
@@ -207,23 +213,27 @@ def cache_path() -> Path:
     return cache_dir() / CACHE_FILE
 
 
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """One warning per problem and process: a compile looks the cache up several times."""
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, CacheWarning, stacklevel=4)
+
+
 def _read() -> dict[str, Any]:
+    from .files import FileError, parse_json, read_text
+
     path = cache_path()
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        warnings.warn(f"cannot read the block-detection cache {path}: {exc}; treating it as empty",
-                      CacheWarning, stacklevel=3)
-        return {}
-    try:
-        data = json.loads(text)
+        data = parse_json(read_text(path, "block-detection cache"), str(path))
         if not isinstance(data, dict) or not isinstance(data.get("entries", {}), dict):
-            raise ValueError("not a JSON object with 'entries'")
-    except ValueError as exc:
-        warnings.warn(f"the block-detection cache {path} is corrupt ({exc}); treating it as empty",
-                      CacheWarning, stacklevel=3)
+            raise FileError(f"{path}: not a JSON object with 'entries'", content=True)
+    except FileError as exc:
+        if not exc.missing:
+            _warn_once(f"the block-detection cache is corrupt or unreadable ({exc.message}); treating it as empty")
         return {}
     return data.get("entries", {})
 

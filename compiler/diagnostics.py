@@ -13,11 +13,22 @@ from typing import Iterable, Literal
 
 Severity = Literal["error", "warning", "note"]
 
-#: Exit codes of `tuner compile` (and every other command that reads settings).
+#: Exit codes of every `tuner` command, defined here once (the README's table lists them).
 EXIT_OK = 0
+"""Success (warnings allowed)."""
 EXIT_INVALID = 1
+"""The settings (or an imported config) are invalid: the diagnostics say what to fix."""
 EXIT_USAGE = 2
+"""A usage or I/O error: bad arguments, a missing or unreadable file, a full or read-only disk,
+a refused output directory, a run already using the output directory, a rank's user error."""
 EXIT_INTERNAL = 70
+"""A bug in tuner (EX_SOFTWARE): one line says so and names the file holding the traceback."""
+EXIT_INTERRUPTED = 130
+"""Stopped by Ctrl-C (SIGINT), 128 + 2 as a shell reports it."""
+EXIT_BROKEN_PIPE = 141
+"""The reader of the output went away (``tuner ... | head``), 128 + SIGPIPE as a shell reports it."""
+EXIT_TERMINATED = 143
+"""Stopped by SIGTERM, 128 + 15."""
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,13 @@ top-level ``mixed_precision``: the JSON's bf16/fp16 blocks decide.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import sys
 import tempfile
+from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -125,6 +127,21 @@ def accelerate_config(s: Settings, plan: Plan, deepspeed_path: str | None) -> di
     return cfg
 
 
+#: Every top-level key accelerate's config loader accepts (`ClusterConfig`'s fields, plus
+#: the two legacy keys its `process_config` converts); any other key in a base config makes
+#: `accelerate launch` refuse the merged file. tests/reliability checks it against accelerate.
+ACCELERATE_CONFIG_KEYS = frozenset({
+    "command_file", "commands", "compute_environment", "debug", "deepspeed_config", "distributed_type",
+    "downcast_bf16", "dynamo_config", "enable_cpu_affinity", "fp8_config", "fsdp_config", "gpu_ids",
+    "machine_rank", "main_process_ip", "main_process_port", "main_training_function", "megatron_lm_config",
+    "mixed_precision", "mpirun_config", "num_machines", "num_processes", "parallelism_config", "rdzv_backend",
+    "same_network", "tpu_env", "tpu_name", "tpu_use_cluster", "tpu_use_sudo", "tpu_vm", "tpu_zone", "use_cpu",
+    "fp16", "dynamo_backend",
+})
+#: Keys whose value accelerate reads as a mapping.
+ACCELERATE_CONFIG_BLOCKS = ("deepspeed_config", "dynamo_config", "fp8_config", "fsdp_config", "megatron_lm_config",
+                            "mpirun_config", "parallelism_config")
+
 #: Top-level accelerate keys that tuner's settings decide. The other keys tuner writes are
 #: only there to be explicit (accelerate's defaults); a base config's values win for those.
 DECIDED_KEYS = frozenset({
@@ -168,7 +185,9 @@ def render_yaml(cfg: dict[str, Any]) -> str:
 
 
 def render_json(obj: Any) -> str:
-    return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+    # allow_nan=False: NaN and Infinity are not JSON; the compiler refuses them before here,
+    # so one reaching this point is a bug that must not produce a file DeepSpeed misreads.
+    return json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
 def sha256(text: str) -> str:
@@ -177,6 +196,11 @@ def sha256(text: str) -> str:
 
 def tool_versions() -> dict[str, str]:
     """Versions from package metadata: no heavy import happens here."""
+    return dict(_tool_versions())
+
+
+@lru_cache(maxsize=1)  # reading package metadata was half of a compile's time (the wizard compiles on every edit)
+def _tool_versions() -> dict[str, str]:
     out = {"python": ".".join(map(str, sys.version_info[:3]))}
     for dist in ("tuner", "torch", "accelerate", "deepspeed", "transformers", "diffusers"):
         try:
@@ -215,29 +239,129 @@ def manifest(s: Settings, plan: Plan, settings_file: str | None, settings_text: 
     }
 
 
-def write_atomically(out_dir: Path, files: dict[str, str], remove: tuple[str, ...] = ()) -> None:
-    """Write every file to a temporary name, then move each into place.
+class NotWrittenByTuner(FileExistsError):
+    """An artefact's name is taken in the output directory by a file tuner did not write."""
 
-    Nothing is touched until every file has been written and flushed, so a failure
-    (disk full, permission) leaves the previous build as it was.
+
+#: Permissions of written artefacts: readable by everyone, like any build output (a
+#: temporary file starts as 0600).
+ARTEFACT_MODE = 0o644
+_ARTEFACTS = (ACCELERATE_YAML, DEEPSPEED_JSON, MANIFEST_JSON)
+
+
+def previous_artefacts(out_dir: Path) -> dict[str, str] | None:
+    """What tuner wrote into `out_dir` last time: artefact name -> SHA-256, from the
+    manifest there. None when there is no manifest or it is not tuner's (unreadable,
+    hand-made, another tool's)."""
+    from . import files
+
+    try:
+        data = files.load_json(out_dir / MANIFEST_JSON, "manifest")
+    except files.FileError:
+        return None
+    listed = data.get("artefacts") if isinstance(data, dict) and "manifest_version" in data else None
+    if not isinstance(listed, dict):
+        return None
+    return {name: sha for name, sha in listed.items() if name in _ARTEFACTS and isinstance(sha, str)}
+
+
+def write_atomically(out_dir: Path, files: dict[str, str], remove: tuple[str, ...] = ()) -> None:
+    """Write the artefacts as one unit; only ever replace or remove files tuner wrote.
+
+    * A file in the way that the previous manifest does not list (a person's own
+      ``deepspeed.json`` in ``--out .``) stops the write before anything is touched:
+      `NotWrittenByTuner`.
+    * Every file is first written to a temporary name and flushed; a failure there (disk
+      full, permissions) removes the temporary files and leaves the previous set as it was.
+    * Then each is moved into place (manifest last, so a reader that sees a new manifest sees
+      new artefacts). Should a move fail, the moved ones are put back from hard-link backups.
+    * `remove` names artefacts of the previous set that this one no longer has; each is
+      deleted only when the previous manifest lists it with the content it still has.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
+    _remove_leftover_temporaries(out_dir)
+    previous = previous_artefacts(out_dir)
+    ours = set(previous or ()) | ({MANIFEST_JSON} if previous is not None else set())
+    for name in files:
+        target = out_dir / name
+        if (target.exists() or target.is_symlink()) and name not in ours:
+            raise NotWrittenByTuner(errno.EEXIST, f"{target} exists and was not written by tuner (no tuner manifest "
+                                    "there lists it); choose another --out directory or move the file", str(target))
+    staged = _stage(out_dir, files)
+    _commit(out_dir, staged)
+    for name in remove:
+        target = out_dir / name
+        if previous and name in previous and name not in files and target.is_file() and \
+                _file_sha256(target) == previous[name]:
+            target.unlink()
+
+
+def _stage(out_dir: Path, files: dict[str, str]) -> list[tuple[str, Path]]:
     staged: list[tuple[str, Path]] = []
     try:
         for name, text in files.items():
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
+            staged.append((name, Path(tmp)))  # before writing: a failed write is cleaned up too
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())
-            staged.append((name, Path(tmp)))
-    except BaseException:
+                os.fchmod(fh.fileno(), ARTEFACT_MODE)
+    except BaseException as exc:
         for _, tmp in staged:
             tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(out_dir / staged[-1][0]) if staged else str(out_dir)  # name it in the message
         raise
-    # The manifest moves last: a reader that sees a new manifest sees new artefacts.
     staged.sort(key=lambda item: item[0] == MANIFEST_JSON)
-    for name, tmp in staged:
-        os.replace(tmp, out_dir / name)
-    for name in remove:
-        (out_dir / name).unlink(missing_ok=True)
+    return staged
+
+
+def _commit(out_dir: Path, staged: list[tuple[str, Path]]) -> None:
+    backups: dict[str, Path | None] = {}
+    try:
+        for name, _ in staged:  # hard links keep the previous set restorable (no copy, no space)
+            target = out_dir / name
+            backups[name] = None
+            if target.is_file():
+                backup = out_dir / f".{name}.{os.getpid()}.bak.tmp"
+                backup.unlink(missing_ok=True)
+                try:
+                    os.link(target, backup)
+                    backups[name] = backup
+                except OSError:
+                    pass  # a file system without hard links: no rollback for this file
+        done: list[str] = []
+        try:
+            for name, tmp in staged:
+                os.replace(tmp, out_dir / name)
+                done.append(name)
+        except BaseException:
+            for name in done:  # put the previous set back
+                backup = backups.get(name)
+                if backup is not None:
+                    os.replace(backup, out_dir / name)
+                else:
+                    (out_dir / name).unlink(missing_ok=True)
+            raise
+    finally:
+        for _, tmp in staged:
+            tmp.unlink(missing_ok=True)
+        for backup in backups.values():
+            if backup is not None:
+                backup.unlink(missing_ok=True)
+
+
+def _remove_leftover_temporaries(out_dir: Path) -> None:
+    """Temporary files of a compile that was killed mid-write (only tuner's own names)."""
+    for name in _ARTEFACTS:
+        for leftover in out_dir.glob(f".{name}.*.tmp"):
+            leftover.unlink(missing_ok=True)
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -13,7 +13,6 @@ Reads files only; never builds a model, never imports torch.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,10 +108,12 @@ def model_size(s: Settings, base_dir: Path | None = None) -> tuple[ModelSize | N
     if cfg_file is None:
         return None, (f"model {m.path} is not available here (no config.json); "
                       "the estimate needs the model's size: run the estimate where the model is")
+    from .files import FileError, load_json
+
     try:
-        config = json.loads(cfg_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None, f"cannot read {cfg_file}"
+        config = load_json(cfg_file, "model config")
+    except FileError as exc:
+        return None, exc.message
     counted = analytic_count(config) if isinstance(config, dict) and "_class_name" not in config else None
     if counted is None:
         return None, (f"no parameter count for {m.path}: run `tuner blocks {m.path}` once "

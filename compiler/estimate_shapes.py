@@ -257,9 +257,29 @@ class Counted:
     uncertain: str = ""
 
 
+#: More parameter tensors than this are not listed one by one (real models have thousands;
+#: a hand-made config.json with millions of layers once took half a minute to compile).
+MAX_LISTED_TENSORS = 1_000_000
+
+
+def _too_many_parameters_to_list(config: dict[str, Any]) -> bool:
+    """True when the config's layer and expert counts are not plausible small integers."""
+    total = 1
+    for key in ("num_hidden_layers", "n_layer", "num_local_experts", "num_experts", "n_routed_experts"):
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LISTED_TENSORS:
+            return True
+        total *= max(1, value)
+    return total * 16 > MAX_LISTED_TENSORS
+
+
 def analytic_count(config: dict[str, Any]) -> Counted | None:
     """The parameter tensors of a transformers config, or None when its shape is unknown."""
     mt = str(config.get("model_type", ""))
+    if _too_many_parameters_to_list(config):
+        return None
     try:
         if mt == "gpt2":
             return Counted(gpt2_shapes(config), "decoder")
@@ -270,7 +290,7 @@ def analytic_count(config: dict[str, Any]) -> Counted | None:
         if a is None:
             return None
         return Counted(decoder_shapes(a), "decoder", a.uncertain)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError):
         return None
 
 

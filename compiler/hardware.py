@@ -22,6 +22,7 @@ import json
 import os
 import socket
 import tempfile
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,8 @@ class HardwareFacts:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "HardwareFacts":
+        """Facts from a parsed JSON object; ValueError when a field has the wrong type."""
+        _check_types(cls, data)
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["gpus"] = [g if isinstance(g, GpuInfo) else GpuInfo(**_only(GpuInfo, g)) for g in data.get("gpus", [])]
@@ -135,7 +138,14 @@ class HardwareFacts:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "HardwareFacts":
-        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+        """Facts from a file; `files.FileError` when it cannot be read, ValueError when it
+        is not a facts file."""
+        from .files import load_json
+
+        data = load_json(path, "hardware facts file")
+        if not isinstance(data, dict):
+            raise ValueError("hardware facts must be a JSON object")
+        return cls.from_dict(data)
 
     def report(self) -> str:
         """Plain-text report (what `tuner doctor` prints)."""
@@ -174,6 +184,35 @@ class HardwareFacts:
         return "\n".join(lines)
 
 
+def _check_types(cls, data: Any) -> None:
+    """Raise ValueError naming the first field whose value does not have its declared type
+    (a hand-edited or truncated facts file must not reach the arithmetic)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{cls.__name__} must be a JSON object")
+    nested = {"GpuInfo": GpuInfo, "DiskInfo": DiskInfo, "OpInfo": OpInfo}
+    for f in fields(cls):
+        if f.name not in data:
+            continue
+        value, kind = data[f.name], str(f.type)
+        if kind.startswith("list[") and kind[5:-1] in nested:
+            if not isinstance(value, list):
+                raise ValueError(f"{f.name} must be a list")
+            for item in value:
+                _check_types(nested[kind[5:-1]], item)
+            continue
+        ok = {
+            "int": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+            "str": lambda v: isinstance(v, str),
+            "bool": lambda v: isinstance(v, bool),
+            "list[str]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+            "dict[str, str]": lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
+            "list[list[bool]]": lambda v: isinstance(v, list) and all(
+                isinstance(row, list) and all(isinstance(x, bool) for x in row) for row in v),
+        }.get(kind, lambda v: True)
+        if not ok(value):
+            raise ValueError(f"{f.name} has the wrong type ({type(value).__name__}; expected {kind})")
+
+
 def _only(cls, data: dict[str, Any]) -> dict[str, Any]:
     known = {f.name for f in fields(cls)}
     return {k: v for k, v in data.items() if k in known}
@@ -187,35 +226,58 @@ def facts_path() -> Path:
     return cache_dir() / FACTS_FILE
 
 
-def injected_facts() -> HardwareFacts | None:
-    """Facts from the file named by ``$TUNER_HARDWARE_FACTS``, or None when it is unset.
+class FactsWarning(UserWarning):
+    """A hardware facts file could not be used and was ignored."""
 
-    A file that cannot be read is an error: someone asked for it explicitly.
-    """
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:  # every compile asks several times; say it once
+        _warned.add(message)
+        warnings.warn(message, FactsWarning, stacklevel=3)
+
+
+def _load_or_warn(path: str | os.PathLike, label: str, quiet_if_missing: bool) -> HardwareFacts | None:
+    from .files import FileError
+
+    try:
+        return HardwareFacts.load(path)
+    except FileError as exc:
+        if not (quiet_if_missing and exc.missing):
+            _warn_once(f"{exc.message}; ignoring the {label} (delete or fix it)")
+    except (ValueError, TypeError) as exc:
+        _warn_once(f"{label} {path} is not a valid facts file ({exc}); ignoring it (delete or fix it)")
+    return None
+
+
+def injected_facts() -> HardwareFacts | None:
+    """Facts from the file named by ``$TUNER_HARDWARE_FACTS``, or None when it is unset, or
+    when it cannot be used (a warning then says why, once)."""
     path = os.environ.get(FACTS_ENV, "").strip()
     if not path:
         return None
-    facts = HardwareFacts.load(path)
-    facts.source = "injected"
+    facts = _load_or_warn(path, f"${FACTS_ENV} file", quiet_if_missing=False)
+    if facts is not None:
+        facts.source = "injected"
     return facts
 
 
 def saved_facts() -> HardwareFacts | None:
-    """What `tuner doctor` last saved on this host, or None (missing, unreadable, other host)."""
+    """What `tuner doctor` last saved on this host, or None (missing, unusable: warned once,
+    other host)."""
     try:
-        facts = HardwareFacts.load(facts_path())
-    except (OSError, ValueError, TypeError):
+        path = facts_path()
+    except OSError:
         return None
-    return facts if facts.hostname == socket.gethostname() else None
+    facts = _load_or_warn(path, "saved hardware facts", quiet_if_missing=True)
+    return facts if facts is not None and facts.hostname == socket.gethostname() else None
 
 
 def local_facts() -> HardwareFacts | None:
     """Injected facts, else the facts saved here by `tuner doctor`, else None."""
-    try:
-        injected = injected_facts()
-    except (OSError, ValueError, TypeError):
-        injected = None
-    return injected or saved_facts()
+    return injected_facts() or saved_facts()
 
 
 def save(facts: HardwareFacts) -> Path:

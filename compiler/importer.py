@@ -13,8 +13,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .formats import FORMATS, READERS, detect, unrecognised_message
 from .formats.base import Imported, ImportError_, ImportRefused
 from .schema import index
@@ -23,22 +21,48 @@ __all__ = ["FORMATS", "Imported", "ImportError_", "ImportRefused", "import_files
 
 
 def load(path: Path) -> Any:
-    """A source file parsed by its suffix (.yaml/.yml, .toml, otherwise JSON)."""
+    """A source file parsed by its suffix (.yaml/.yml, .toml, otherwise JSON), read through
+    the safe reader (a regular, size-capped, UTF-8 file; JSON without NaN; bounded nesting)
+    and made TOML-shaped: every key a string, JSON nulls and YAML ``~`` dropped (TOML has no
+    null: an unset value)."""
+    from . import files
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ImportError_(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:  # undecodable bytes
-        raise ImportError_(f"cannot read {path}: {exc}") from None
-    try:
+        text = files.read_text(path, "import source")
         if path.suffix in (".yaml", ".yml"):
-            return yaml.safe_load(text)
-        if path.suffix == ".toml":
+            data = files.parse_yaml(text, str(path))
+        elif path.suffix == ".toml":
             import tomllib
-            return tomllib.loads(text)
-        return json.loads(text)
-    except (yaml.YAMLError, json.JSONDecodeError, ValueError) as exc:
+
+            try:
+                data = tomllib.loads(text)
+            except RecursionError:
+                raise files.FileError(f"{path}: nested more than {files.MAX_DEPTH} levels deep") from None
+            files.check_depth(data, str(path))
+        else:
+            data = files.parse_json(text, str(path))
+    except files.FileError as exc:
+        raise ImportError_(f"{path} does not parse: {exc.message}" if exc.content else exc.message) from None
+    except ValueError as exc:  # tomllib.TOMLDecodeError
         raise ImportError_(f"{path} does not parse: {exc}") from None
+    return _toml_shaped(data, path)
+
+
+def _toml_shaped(value: Any, path: Path, where: str = "") -> Any:
+    """Nulls dropped; a key that is not a string (YAML reads ``1:``, ``on:`` or ``null:`` as
+    a number, a boolean or None) is refused, naming where it is."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                place = f" in {where}" if where else " at top level"
+                raise ImportError_(f"{path}: key {key!r}{place} is not a string; quote it (\"{key}\": ...)")
+            if item is not None:
+                out[key] = _toml_shaped(item, path, f"{where}.{key}" if where else key)
+        return out
+    if isinstance(value, list):
+        return [_toml_shaped(item, path, where) for item in value if item is not None]
+    return value
 
 
 def import_files(paths: list[Path]) -> Imported:

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from . import files
 from .diagnostics import Diagnostics
 from .schema import SchemaIndex, index, load_schema
 
@@ -76,8 +78,6 @@ def _fsdp_version(value: Any) -> Any:
         text = value.strip().lower().lstrip("v")
         if text in ("1", "2"):
             return int(text)
-    if isinstance(value, float) and value in (1.0, 2.0):
-        return int(value)
     return value
 
 
@@ -156,15 +156,15 @@ def coerce_generic(prop: dict[str, Any], value: Any) -> Any:
         if low in _FALSE:
             return False
     if "integer" in types and not isinstance(value, bool):
-        if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d{1,19}\s*", value):
             return int(value)
-        if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
-            return int(value)
+        # A float (3.0) stays a float and is refused: an integer setting is written as one.
     if "number" in types and isinstance(value, str) and not isinstance(value, bool):
         try:
-            return float(value)
+            number = float(value)
         except ValueError:
             return value
+        return number if math.isfinite(number) else value  # "inf"/"nan" stay text and are refused
     if "array" in types and isinstance(value, str):
         items = [part.strip() for part in value.split(",") if part.strip()]
         if prop.get("items", {}).get("type") == "integer" and all(re.fullmatch(r"\d+", i) for i in items):
@@ -213,9 +213,15 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep:
         return key, True
     try:
-        return key, tomllib.loads(f"v = {raw}")["v"]
+        value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         return key, raw
+    except RecursionError:
+        raise ValueError(f"override {key}: value nested more than {files.MAX_DEPTH} levels deep") from None
+    problem = files.nesting_problem(value)
+    if problem:
+        raise ValueError(f"override {key}: value {problem}")
+    return key, value
 
 
 def _describe(value: Any) -> str:
@@ -300,19 +306,11 @@ def _load_deepspeed_config(value: Any, base_dir: Path | None, diags: Diagnostics
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        diags.error("deepspeed.config", f"DeepSpeed config file not found: {path}",
-                    "fix the path (relative paths start at the settings file) or inline the config as a table")
-        return {}
-    except (OSError, ValueError) as exc:  # ValueError: undecodable text, NUL in the path
-        diags.error("deepspeed.config", f"cannot read DeepSpeed config {path!r}: {exc}")
-        return {}
-    try:
-        loaded = json.loads(text)
-    except json.JSONDecodeError as exc:
-        diags.error("deepspeed.config", f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}",
-                    "fix the JSON (a missing comma is the usual cause)")
+        loaded = files.load_json(path, "DeepSpeed config file")
+    except files.FileError as exc:
+        fix = ("fix the path (relative paths start at the settings file) or inline the config as a table"
+               if exc.missing else "fix the JSON (a missing comma is the usual cause)" if exc.content else "")
+        diags.error("deepspeed.config", exc.message, fix)
         return {}
     if not isinstance(loaded, dict):
         diags.error("deepspeed.config", f"{path} must hold a JSON object, not {type(loaded).__name__}")
@@ -344,6 +342,12 @@ def normalise(
             if isinstance(value, dict) and set(value) == {"deepspeed_config"} and isinstance(value["deepspeed_config"], dict):
                 value = value["deepspeed_config"]
                 diags.note(written, "unwrapped the outer 'deepspeed_config' object (the seed's config.json layout)")
+            bad = files.non_finite(value)
+            if bad is not None:  # TOML has inf and nan; JSON (and DeepSpeed) has neither
+                diags.error(f"deepspeed.config.{bad}", "must be a finite number (inf and nan cannot be written to "
+                            "DeepSpeed's JSON)", "write a finite number")
+                value = {}
+                result.invalid.add(path)
         elif path == "model.family" and isinstance(value, str) and value.strip().lower() in FAMILY_ALIASES:
             family, flavour = FAMILY_ALIASES[value.strip().lower()]
             if family != value:
@@ -355,7 +359,7 @@ def normalise(
         else:
             fixed = SPECIFIC.get(path, lambda v: v)(value)
             fixed = coerce_generic(info.prop, fixed)
-            if fixed != value or type(fixed) is not type(value):
+            if fixed is not value and (fixed != value or type(fixed) is not type(value)):
                 diags.note(written, f"normalised {_describe(value)} to {_describe(fixed)}")
             value = fixed
         settings[info.section][info.name] = value
@@ -368,16 +372,51 @@ _TYPE_WORDS = {"integer": "an integer", "number": "a number", "boolean": "true o
                "string": "a string", "array": "a list", "object": "a table"}
 
 
+#: The largest magnitude a numeric setting may have: integers beyond it are not exact in
+#: JSON readers that use doubles, and nothing tuner configures comes near it.
+MAX_NUMBER = 2**53 - 1
+
+
+def _numeric_problem(prop: dict[str, Any], value: Any) -> str | None:
+    """Why `value` is not acceptable for an integer or number key, or None. The schema's
+    validator would accept 3.0 as an integer and NaN or inf within any range."""
+    types = _types(prop)
+    if not ({"integer", "number"} & set(types)) or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None  # not a numeric key, or a type error the schema reports
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number (got {value})"
+    if "integer" in types and "number" not in types and isinstance(value, float):
+        hint = f"; write {int(value)}" if value.is_integer() and abs(value) <= MAX_NUMBER else ""
+        return f"must be an integer (got {value}){hint}"
+    if abs(value) > MAX_NUMBER:
+        return f"{_describe(value)} is out of range (at most {MAX_NUMBER:,} in magnitude)"
+    return None
+
+
+def _check_numbers(settings: dict[str, Any], result: Normalised, diags: Diagnostics) -> None:
+    """Refuse non-finite, non-integral and huge numbers (falling back to the default)."""
+    for path, info in index().keys.items():
+        value = settings[info.section][info.name]
+        problem = _numeric_problem(info.prop, value)
+        if problem:
+            diags.error(result.origin.get(path, path), problem, info.description)
+            settings[info.section][info.name] = copy.deepcopy(info.default)
+            result.invalid.add(path)
+
+
 def _validate(settings: dict[str, Any], result: Normalised, diags: Diagnostics) -> None:
     from jsonschema import Draft202012Validator
 
+    _check_numbers(settings, result, diags)
     idx = index()
     validator = Draft202012Validator(load_schema())
     seen: set[str] = set()
     for err in sorted(validator.iter_errors(settings), key=lambda e: [str(p) for p in e.absolute_path]):
         parts = [str(p) for p in err.absolute_path]
         path = ".".join(parts[:2])
-        if path not in idx.keys or path in seen:
+        if path in seen:  # one message per key (a wrong type also fails its enum)
+            continue
+        if path not in idx.keys:
             diags.error(".".join(parts), err.message)
             continue
         seen.add(path)

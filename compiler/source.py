@@ -13,8 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-_KEY = re.compile(r"""^\s*((?:"[^"]*"|'[^']*'|[A-Za-z0-9_\-]+)(?:\s*\.\s*(?:"[^"]*"|'[^']*'|[A-Za-z0-9_\-]+))*)\s*=""")
+from . import files
+
+# Both patterns are matched against one line and have no nested or overlapping repeats,
+# so a match costs time linear in the line's length (a long line in a multi-line string
+# once took seconds with an ambiguous pattern).
+_HEADER = re.compile(r"\[\[?([^\]]*)\]\]?[ \t]*(?:#.*)?")
+_PART = r"""(?:"[^"]*"|'[^']*'|[A-Za-z0-9_\-]+)"""
+_KEY = re.compile(rf"[ \t]*({_PART}(?:[ \t]*\.[ \t]*{_PART})*)[ \t]*=")
 _TOML_POS = re.compile(r"\(at line (\d+), column (\d+)\)")
 
 
@@ -28,20 +34,33 @@ class KeyLocator:
     """Maps dotted key paths (as written in the file) to (line, column)."""
 
     positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    deepest: int = 0
+    """The most parts of any key path seen (table header + dotted key)."""
 
     @classmethod
     def scan(cls, text: str) -> "KeyLocator":
         loc = cls()
         table: list[str] = []
+        open_quote = ""  # the delimiter of a multi-line string being read, if any
         for lineno, line in enumerate(text.splitlines(), start=1):
-            header = _HEADER.match(line)
+            if open_quote:  # inside a multi-line string: no keys here
+                if line.count(open_quote) % 2:
+                    open_quote = ""
+                continue
+            for quote in ('"""', "'''"):
+                if line.count(quote) % 2:  # this line opens a multi-line string
+                    open_quote = quote
+            header = _HEADER.fullmatch(line.strip())
             if header:
-                table = _split_dotted(header.group(1))
+                table = _split_dotted(header.group(1).strip())
+                loc.deepest = max(loc.deepest, len(table))
                 loc.positions.setdefault(".".join(table), (lineno, line.index("[") + 1))
                 continue
             key = _KEY.match(line)
             if key:
-                path = ".".join(table + _split_dotted(key.group(1)))
+                parts = table + _split_dotted(key.group(1))
+                loc.deepest = max(loc.deepest, len(parts))
+                path = ".".join(parts)
                 column = len(line) - len(line.lstrip()) + 1
                 loc.positions.setdefault(path, (lineno, column))
         return loc
@@ -76,21 +95,24 @@ class SourceError(Exception):
         self.io = io
 
 
+#: Settings files larger than this are refused (real ones are a few kilobytes).
+MAX_SETTINGS_BYTES = 4 * 1024 * 1024
+
+
 def read_settings(path: Path) -> Source:
+    """Read and parse a settings file; SourceError (``io`` set when it cannot be read)."""
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise SourceError(f"settings file not found: {path}", io=True) from None
-    except OSError as exc:
-        raise SourceError(f"cannot read {path}: {exc.strerror or exc}", io=True) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SourceError(f"not UTF-8 text (byte {exc.start}); save the file as UTF-8") from None
+        text = files.read_text(path, "settings file", MAX_SETTINGS_BYTES)
+    except files.FileError as exc:
+        raise SourceError(exc.message, io=not exc.content) from None
     return parse_settings_text(text, path)
 
 
 def parse_settings_text(text: str, path: Path | None = None) -> Source:
+    locator = KeyLocator.scan(text)  # linear; first, because it also bounds tomllib's work:
+    # tomllib resolves a dotted key from the root once per part, quadratic in its length.
+    if locator.deepest > files.MAX_DEPTH:
+        raise SourceError(f"invalid settings: a key nested more than {files.MAX_DEPTH} levels deep")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -101,4 +123,9 @@ def parse_settings_text(text: str, path: Path | None = None) -> Source:
             line, column = int(pos.group(1)), int(pos.group(2))
             message = _TOML_POS.sub("", message).strip()
         raise SourceError(f"invalid TOML: {message}", line, column) from None
-    return Source(path, data, KeyLocator.scan(text), text)
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise SourceError(f"invalid settings: nested more than {files.MAX_DEPTH} levels deep") from None
+    problem = files.nesting_problem(data)  # dotted keys nest without recursion in the parser
+    if problem:
+        raise SourceError(f"invalid settings: {problem}")
+    return Source(path, data, locator, text)

@@ -50,10 +50,15 @@ class Artefacts:
         p = self.deepspeed_json
         if p is None:
             return {}
+        from tuner.compiler.files import FileError, load_json
+
         try:
-            return json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise RunError(f"cannot read {p}: {exc}; recompile with `tuner compile`") from None
+            data = load_json(p, "DeepSpeed config")
+        except FileError as exc:
+            raise RunError(f"{exc.message}; recompile with `tuner compile`") from None
+        if not isinstance(data, dict):
+            raise RunError(f"{p} is not a JSON object; recompile with `tuner compile`")
+        return data
 
     @property
     def base_dir(self) -> Path:
@@ -82,12 +87,18 @@ def load(build_dir: Path) -> Artefacts:
     if not mf.is_file():
         raise RunError(f"{build_dir} has no {MANIFEST}; it is not a tuner build directory "
                        "(compile with `tuner compile settings.toml`)")
+    from tuner.compiler.files import FileError, load_json
+
     try:
-        manifest = json.loads(mf.read_text(encoding="utf-8"))
-        settings = Settings.from_dict(manifest["settings"])
-        plan = Plan(**manifest["plan"])
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise RunError(f"{mf} is unreadable or from another tuner version ({exc}); recompile") from None
+        manifest = load_json(mf, "manifest")
+    except FileError as exc:
+        raise RunError(f"{exc.message}; recompile with `tuner compile`") from None
+    problem = manifest_problem(manifest)
+    if problem:
+        raise RunError(f"{mf} is damaged, edited by hand or from another tuner version ({problem}); "
+                       "recompile with `tuner compile SETTINGS`")
+    settings = Settings.from_dict(manifest["settings"])
+    plan = Plan(**manifest["plan"])
     arts = Artefacts(build_dir.resolve(), manifest, settings, plan)
     if not arts.accelerate_yaml.is_file():
         raise RunError(f"{arts.accelerate_yaml} is missing; recompile with `tuner compile`")
@@ -118,3 +129,55 @@ def check_unchanged(arts: Artefacts) -> None:
         if digest != recorded[name]:
             raise RunError(f"{path} was changed after `tuner compile` wrote it (its sha256 differs from "
                            f"the manifest's); {fix}")
+
+
+_PLAN_TYPES = {"strategy": str, "distributed_type": str, "platform": str, "world_size": int,
+               "processes_per_machine": int, "data_parallel_size": int, "global_batch_size": int,
+               "uses_deepspeed": bool, "uses_fsdp": bool}
+_STRATEGIES = ("single", "ddp", "fsdp1", "fsdp2", "zero0", "zero1", "zero2", "zero3")
+
+
+def manifest_problem(manifest: Any) -> str | None:
+    """What makes a manifest unusable for a run, or None. The settings are checked against
+    the settings schema (types, ranges, every key), the plan field by field: the runtime
+    must not discover a hand edit as a traceback on every rank."""
+    from jsonschema import Draft202012Validator
+
+    from tuner.compiler.normalise import _numeric_problem
+    from tuner.compiler.schema import index, load_schema
+
+    if not isinstance(manifest, dict):
+        return "not a JSON object"
+    if manifest.get("manifest_version") != MANIFEST_VERSION:
+        return (f"manifest_version {manifest.get('manifest_version')!r}, expected {MANIFEST_VERSION}: "
+                "re-run `tuner compile` on the settings file")
+    settings, plan = manifest.get("settings"), manifest.get("plan")
+    if not isinstance(settings, dict) or not isinstance(plan, dict):
+        return "no 'settings' or 'plan' object"
+    idx = index()
+    for path, info in idx.keys.items():
+        section = settings.get(info.section)
+        if not isinstance(section, dict) or info.name not in section:
+            return f"settings.{path} is missing"
+        problem = _numeric_problem(info.prop, section[info.name])
+        if problem:
+            return f"settings.{path} {problem}"
+    unknown = sorted(f"{sec}.{key}" for sec, body in settings.items() if isinstance(body, dict)
+                     for key in body if f"{sec}.{key}" not in idx.keys)
+    if unknown or set(settings) - set(idx.sections):
+        return f"unknown settings {', '.join(unknown or sorted(set(settings) - set(idx.sections)))}"
+    error = next(iter(Draft202012Validator(load_schema()).iter_errors(settings)), None)
+    if error is not None:
+        return f"settings.{'.'.join(map(str, error.absolute_path))}: {error.message}"
+    for key, kind in _PLAN_TYPES.items():
+        value = plan.get(key)
+        if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < 1)):
+            return f"plan.{key} is {value!r}"
+    if set(plan) - set(_PLAN_TYPES):
+        return f"unknown plan keys {', '.join(sorted(set(plan) - set(_PLAN_TYPES)))}"
+    if plan["strategy"] not in _STRATEGIES:
+        return f"plan.strategy {plan['strategy']!r} is not one of {', '.join(_STRATEGIES)}"
+    topology = manifest.get("topology", {})
+    if not isinstance(topology, dict):
+        return "topology is not an object"
+    return None

@@ -97,10 +97,12 @@ def resolve(model: str, family: str | None = None, flavour: str = "") -> ModelSp
     cfg_file = block_cache.model_config_file(path, flavour)
     if cfg_file is None:
         raise DetectionError(f"{path} has no config.json (nor model_index.json with a unet/ or transformer/ folder)")
+    from tuner.compiler.files import FileError, load_json
+
     try:
-        config = json.loads(cfg_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise DetectionError(f"cannot read {cfg_file}: {exc}") from None
+        config = load_json(cfg_file, "model config")
+    except FileError as exc:
+        raise DetectionError(exc.message) from None
     if not isinstance(config, dict):
         raise DetectionError(f"{cfg_file} is not a JSON object")
     is_diffusers = "_class_name" in config
@@ -160,6 +162,17 @@ def _prepare(spec: ModelSpec):
     return build_transformers
 
 
+def _config_validation_error() -> type[Exception]:
+    """huggingface_hub's strict config dataclasses raise their own error (not a ValueError)
+    for a field of the wrong type (``"hidden_size": "64"``)."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+
+        return StrictDataclassError
+    except ImportError:  # an older huggingface_hub: its configs raise ValueError/TypeError
+        return ValueError
+
+
 def build_model(model: str, family: str | None = None, flavour: str = "", device: str = "meta"):
     """The model `model` describes, built on `device` (``meta``: no memory) from config only."""
     spec = model if isinstance(model, ModelSpec) else resolve(model, family, flavour)
@@ -176,8 +189,10 @@ def _guarded(spec: ModelSpec, step):
         return step()
     except DetectionError:
         raise
-    except (ValueError, KeyError, TypeError, OSError, AttributeError, ImportError) as exc:
-        # A config the library cannot build (remote code, a newer model type, bad fields).
+    except (ValueError, KeyError, TypeError, OSError, AttributeError, ImportError, ArithmeticError,
+            RuntimeError, _config_validation_error()) as exc:
+        # A config the library cannot build (remote code, a newer model type, bad fields):
+        # a message for the person, not a traceback.
         raise DetectionError(f"cannot build {spec.class_name or spec.library + ' model'} from "
                              f"{spec.config_file or spec.model}: {type(exc).__name__}: {exc}") from None
 

@@ -61,15 +61,89 @@ def step_dir_name(step: int) -> str:
     return f"step-{step}"
 
 
-def read_meta(ckpt: Path) -> CheckpointMeta:
+_META_TYPES = {"step": int, "strategy": str, "state_dict_type": str, "world_size": int, "epoch": int,
+               "batches_in_epoch": int, "tokens_seen": int, "family": str, "manifest": dict}
+_META_REQUIRED = ("step", "strategy", "state_dict_type", "world_size")
+
+
+def meta_problem(ckpt: Path) -> str | None:
+    """Why `ckpt` is not an intact checkpoint, or None. Checks what can be checked without
+    loading tensors: the folder, its `tuner_checkpoint.json` (complete, every field of the
+    right type) and that the model state files it must hold exist and are not empty."""
+    from tuner.compiler.files import FileError, load_json
+
+    ckpt = Path(ckpt)
+    if not ckpt.is_dir():
+        return "the folder is missing"
+    try:
+        data = load_json(ckpt / META, "checkpoint record")
+    except FileError as exc:
+        return f"no {META}" if exc.missing else exc.message
+    if not isinstance(data, dict):
+        return f"{META} is not a JSON object"
+    for key, kind in _META_TYPES.items():
+        if key not in data:
+            if key in _META_REQUIRED:
+                return f"{META}: {key} is missing"
+            continue
+        value = data[key]
+        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < (key == "world_size")):
+            return f"{META}: {key} is {value!r}"
+    if set(data) - set(_META_TYPES):
+        return f"{META}: unknown keys {', '.join(sorted(set(data) - set(_META_TYPES)))}"
+    return _state_problem(ckpt, data["strategy"])
+
+
+def _state_problem(ckpt: Path, strategy: str) -> str | None:
+    """The model state files a checkpoint of `strategy` holds: present and not empty."""
+    def nonempty(pattern: str) -> bool:
+        return any(p.is_file() and p.stat().st_size > 0 for p in ckpt.glob(pattern))
+
+    if strategy.startswith("zero"):
+        ok, what = nonempty("**/*model_states.pt"), "DeepSpeed model states (*model_states.pt)"
+    elif (ckpt / "pytorch_model_fsdp_0").is_dir():
+        ok = nonempty("pytorch_model_fsdp_0/.metadata") and nonempty("pytorch_model_fsdp_0/*.distcp")
+        what = "the sharded model (pytorch_model_fsdp_0/.metadata and *.distcp)"
+    else:
+        ok = any(nonempty(n) for n in ("pytorch_model_fsdp.bin", "pytorch_model_fsdp_0.bin", "model.safetensors",
+                                       "pytorch_model.bin", "model*.safetensors"))
+        what = "the model state (model.safetensors or pytorch_model_fsdp.bin)"
+    return None if ok else f"{what} missing or empty"
+
+
+def read_meta(ckpt: Path, action: str = "resume") -> CheckpointMeta:
+    """The record of an intact checkpoint; RunError for an incomplete or damaged one (naming
+    the last intact one and how to `action` it: ``resume`` or ``export``)."""
     p = Path(ckpt) / META
     if not p.is_file():
         raise RunError(f"{ckpt} is not a complete tuner checkpoint (no {META})")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-        return CheckpointMeta(**data)
-    except (OSError, json.JSONDecodeError, TypeError) as exc:
-        raise RunError(f"{p} is unreadable ({exc})") from None
+    problem = meta_problem(ckpt)
+    if problem:
+        raise RunError(f"checkpoint {ckpt} is damaged: {problem}{intact_hint(Path(ckpt), action)}")
+    from tuner.compiler.files import load_json
+
+    return CheckpointMeta(**load_json(p, "checkpoint record"))
+
+
+def intact_hint(damaged: Path, action: str = "resume") -> str:
+    """'; the last intact one is X: <how to use it>' for a damaged checkpoint, `action`
+    being ``resume`` (`tuner run`) or ``export`` (`tuner checkpoint export`)."""
+    intact = last_intact(damaged.parent, exclude=damaged)
+    if intact is None:
+        return "; no intact checkpoint remains" + (": start without --resume" if action == "resume" else "")
+    use = (f"resume from it with `tuner run BUILD_DIR --resume {intact}`" if action == "resume"
+           else f"export it with `tuner checkpoint export {intact} --out DIR`")
+    return f"; the last intact one is {intact}: {use}"
+
+
+def last_intact(ckdir: Path, exclude: Path | None = None) -> Path | None:
+    """The newest checkpoint in `ckdir` that `meta_problem` finds nothing wrong with."""
+    for _, path in reversed(complete_checkpoints(ckdir)):
+        if exclude is not None and path.resolve() == Path(exclude).resolve():
+            continue
+        if meta_problem(path) is None:
+            return path
+    return None
 
 
 def complete_checkpoints(ckdir: Path) -> list[tuple[int, Path]]:
@@ -96,13 +170,40 @@ def latest_checkpoint(ckdir: Path) -> Path | None:
     return done[-1][1] if done else None
 
 
+def latest_intact(ckdir: Path) -> Path | None:
+    """The latest checkpoint, refusing a damaged one (RunError naming the last intact one
+    and the ``--resume PATH`` that uses it): what `--resume latest` and export use. None
+    when there is no checkpoint at all."""
+    pointer = ckdir / LATEST
+    named = None
+    if pointer.is_file():
+        from tuner.compiler.files import FileError, read_text
+
+        try:
+            name = read_text(pointer, "checkpoint pointer", 4096).strip()
+        except FileError:
+            name = ""
+        named = ckdir / name if _STEP_DIR.match(name) else None
+    done = complete_checkpoints(ckdir)
+    newest = named if named is not None else (done[-1][1] if done else None)
+    if newest is None:
+        if pointer.is_file():  # `latest` exists but names nothing usable
+            raise RunError(f"{pointer} does not name a checkpoint{intact_hint(ckdir / LATEST)}")
+        return None
+    problem = meta_problem(newest)
+    if problem:
+        raise RunError(f"the latest checkpoint {newest} is damaged ({problem}){intact_hint(newest)}")
+    return newest
+
+
 def resolve_resume(resume: str, output_dir: Path) -> Path | None:
-    """'' -> None; 'latest' -> the latest complete checkpoint (None when there is none yet);
-    a path -> that checkpoint (error when it is not a complete one)."""
+    """'' -> None; 'latest' -> the latest checkpoint (None when there is none yet; an error
+    naming the last intact one when it is damaged); a path -> that checkpoint (error when it
+    is not an intact one)."""
     if not resume:
         return None
     if resume == "latest":
-        return latest_checkpoint(checkpoints_dir(output_dir))
+        return latest_intact(checkpoints_dir(output_dir))
     p = Path(resume).expanduser()
     if not p.is_dir():
         raise RunError(f"checkpoint not found: {p}")

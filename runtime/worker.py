@@ -8,6 +8,7 @@ else is a crash with a traceback, which the launcher reports with the rank's num
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 
@@ -54,6 +55,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"tuner run: {exc}", file=sys.stderr, flush=True)
         # Give rank 0 time to print before the launcher tears the others down.
         return getattr(exc, "exit_code", 2)
+    except Exception as exc:
+        # A full disk mid-run (metrics, a checkpoint, the export) is not a crash: say so on
+        # the rank that hit it, naming where. torch and safetensors wrap the OSError.
+        full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT) or \
+            "No space left on device" in str(exc)
+        if not full:
+            raise
+        where = getattr(exc, "filename", None) or (str(arts.output_dir) if "arts" in locals() else args.build_dir)
+        print(f"tuner run: rank {rank}: No space left on device writing {where}; free space there or set "
+              "output.dir to a larger disk, then resume with --resume latest", file=sys.stderr, flush=True)
+        return 2
     return 0
 
 

@@ -7,16 +7,39 @@ here does at module level; heavy subcommands import their modules inside their h
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
+import traceback
 from pathlib import Path
 
 from tuner import __version__
-
-EXIT_USAGE = 2
+from tuner.compiler.diagnostics import (EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK,
+                                        EXIT_USAGE)
+from tuner.compiler.files import describe_os_error
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse exits 2 on usage errors already; keep its message, drop the traceback risk."""
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (``--max-steps 0`` would export an untrained model)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more (got {value})")
+    return value
+
+
+def _nonempty_path(text: str) -> Path:
+    """argparse type: a path that is not empty (``--out ""`` is an unset shell variable,
+    not a wish to write into the current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; name a path")
+    return Path(text)
 
 
 def _add_overrides(p: argparse.ArgumentParser) -> None:
@@ -42,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compile", help="validate settings.toml and write accelerate.yaml, deepspeed.json, manifest.json")
     p.add_argument("settings", type=Path, help="the settings file")
-    p.add_argument("--out", type=Path, default=None, help="output directory (default: build/ beside the settings)")
+    p.add_argument("--out", type=_nonempty_path, default=None, help="output directory (default: build/ beside the settings)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="diagnostics format")
     p.add_argument("--quiet", "-q", action="store_true", help="print errors and warnings only")
     p.add_argument("--verify", action="store_true",
@@ -52,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("import", help="turn an accelerate YAML, DeepSpeed JSON or flat config into settings.toml")
     p.add_argument("sources", type=Path, nargs="+", help="accelerate YAML, DeepSpeed JSON, or a SimpleTuner-style JSON/TOML")
-    p.add_argument("--out", "-o", type=Path, default=Path("settings.toml"), help="settings file to write")
+    p.add_argument("--out", "-o", type=_nonempty_path, default=Path("settings.toml"), help="settings file to write")
     p.add_argument("--force", action="store_true", help="overwrite an existing settings file")
 
     p = sub.add_parser("schema", help="print the settings JSON Schema, or one key's documentation")
@@ -66,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="train from a build directory or settings file on real ranks")
     p.add_argument("target", type=Path, help="a build directory (with manifest.json) or a settings file")
     p.add_argument("--resume", default=None, help="'latest' or a checkpoint directory")
-    p.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps")
+    p.add_argument("--max-steps", type=_positive_int, default=None, help="stop after this many optimizer steps (1 or more)")
     _add_machine_flags(p)
     _add_overrides(p)
 
@@ -80,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     csub = p.add_subparsers(dest="checkpoint_command", metavar="ACTION")
     e = csub.add_parser("export", help="export a checkpoint as a full model that from_pretrained loads")
     e.add_argument("checkpoint", type=Path)
-    e.add_argument("--out", type=Path, required=True)
+    e.add_argument("--out", type=_nonempty_path, required=True,
+                   help="a new or empty directory, or one an earlier export wrote (its other files are kept)")
 
     p = sub.add_parser("blocks", help="list a model's module classes and suggest FSDP wrap classes (meta device)")
     p.add_argument("model", help="a local model directory or builtin[:NAME]")
@@ -129,7 +153,92 @@ def _split_seed_flags(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every way out is an exit code from the README's table.
+
+    Errors a person can fix are handled by each command. What escapes them is sorted here:
+    Ctrl-C, a closed pipe (``| head``), an OSError (an I/O problem, reported in one line
+    naming the file: "No space left on device", "Read-only file system"), and anything else,
+    which is a bug: one line says so and the traceback goes to a file, not the terminal.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv and not argv[0].startswith("-") else "wizard"
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        print(f"tuner {command}: error: {describe_os_error(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except RecursionError:
+        # Inputs are depth-checked where they are read; one that slipped through is a bug too,
+        # but say what probably caused it.
+        path = save_traceback(command)
+        print(f"tuner {command}: internal error (a bug in tuner): input nested too deeply; "
+              f"traceback saved to {path}", file=sys.stderr)
+        return EXIT_INTERNAL
+    except Exception as exc:  # noqa: BLE001 - the last line of defence, by design
+        path = save_traceback(command)
+        print(f"tuner {command}: internal error (a bug in tuner, please report it): "
+              f"{type(exc).__name__}: {_one_line(str(exc))}; traceback saved to {path}", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def save_traceback(command: str) -> str:
+    """Write the current exception's traceback to a file (the cache directory, else the
+    temporary directory) and return its path; never raises."""
+    text = f"tuner {__version__} {command}: {' '.join(sys.argv)}\n\n{traceback.format_exc()}"
+    name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    candidates = []
+    try:
+        from tuner.compiler.block_cache import cache_dir
+
+        candidates.append(cache_dir() / "crashes")
+    except Exception:  # noqa: BLE001 - a broken cache setting must not hide the crash
+        pass
+    import tempfile
+
+    candidates.append(Path(tempfile.gettempdir()))
+    for folder in candidates:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / name
+            path.write_text(text, encoding="utf-8")
+            return str(path)
+        except OSError:
+            continue
+    return "(nowhere: no writable directory)"
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush
+    does not print "Exception ignored ... BrokenPipeError"."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (tests capture stdout)
+        pass
+
+
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    """Warnings (a corrupt cache, ignored) as one plain line, not Python's source excerpt."""
+    return f"warning: {message}\n"
+
+
+def _main(argv: list[str]) -> int:
+    import warnings
+
+    warnings.formatwarning = _warning_line
     if argv and argv[0] in ("compile", "run", "estimate"):
         argv = _split_seed_flags(argv)
     parser = build_parser()
@@ -171,8 +280,4 @@ def main(argv: list[str] | None = None) -> int:
                   f"pip install 'tuner[{extra}]'", file=sys.stderr)
             return EXIT_USAGE
         raise
-    try:
-        return int(run(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return int(run(args) or EXIT_OK)

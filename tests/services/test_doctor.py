@@ -104,6 +104,6 @@ def test_unreadable_injected_facts_are_ignored_by_the_compiler(tmp_path, monkeyp
     bad = tmp_path / "facts.json"
     bad.write_text("[1, 2")
     monkeypatch.setenv(hardware.FACTS_ENV, str(bad))
-    with pytest.raises(ValueError):
-        hardware.injected_facts()
+    with pytest.warns(hardware.FactsWarning, match="invalid JSON"):  # warned once, then ignored
+        assert hardware.injected_facts() is None
     assert compile_text(DS.replace("[hardware]\n", '[hardware]\nplatform = "cuda"\n')).ok

@@ -11,7 +11,7 @@ import json
 import sys
 import warnings
 
-EXIT_OK, EXIT_USAGE = 0, 2
+from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
 
 def run(args) -> int:

@@ -6,18 +6,27 @@ offload swap directories under the settings' NVMe path (the runtime's maintenanc
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+
+from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
 
 def run(args) -> int:
     if getattr(args, "cache_command", None) != "clear":
         print("usage: tuner cache clear [detection|offload|all] [SETTINGS]", file=sys.stderr)
-        return 2
-    status = 0
+        return EXIT_USAGE
+    status = EXIT_OK
     if args.which in ("detection", "all"):
         from tuner.compiler import block_cache
 
+        folder = block_cache.cache_dir()
+        if folder.exists() and not folder.is_dir():
+            where = f"${block_cache.CACHE_ENV}" if os.environ.get(block_cache.CACHE_ENV) else "the cache path"
+            print(f"tuner cache clear: error: {where} names {folder}, which is not a directory; "
+                  "point it at a directory (or unset it)", file=sys.stderr)
+            return EXIT_USAGE
         count = block_cache.clear()
         print(f"cleared the block-detection cache ({count} entr{'y' if count == 1 else 'ies'}): {block_cache.cache_path()}")
     if args.which in ("offload", "all"):
@@ -26,7 +35,7 @@ def run(args) -> int:
             msg = "no DeepSpeed NVMe path: give the settings file whose deepspeed.nvme_path to clean"
             if args.which == "offload":
                 print(f"tuner cache clear offload: error: {msg}", file=sys.stderr)
-                return 2
+                return EXIT_USAGE
             print(f"offload cache: skipped ({msg})")
             return status
         try:
@@ -34,7 +43,7 @@ def run(args) -> int:
         except ImportError as exc:
             print(f"tuner cache clear offload: error: the runtime's maintenance helper is missing ({exc})",
                   file=sys.stderr)
-            return 2
+            return EXIT_USAGE
         removed = list(clear_offload_cache(path) or [])
         print(f"cleared the DeepSpeed offload cache at {path}: removed {len(removed)} swap folder(s)")
         for p in removed:

@@ -6,6 +6,7 @@ import sys
 
 from tuner.compiler import EXIT_INVALID, EXIT_OK, EXIT_USAGE, SourceError, compile_file
 from tuner.compiler.diagnostics import render_json, render_text
+from tuner.compiler.files import describe_os_error
 
 
 def run(args) -> int:
@@ -27,7 +28,7 @@ def run(args) -> int:
     try:
         out = result.write()
     except OSError as exc:
-        _report_usage(args, str(result.out_dir), f"cannot write artefacts: {exc.strerror or exc}")
+        _report_usage(args, str(result.out_dir), f"cannot write artefacts: {describe_os_error(exc)}")
         return EXIT_USAGE
     items = result.diagnostics.items
     if args.quiet:

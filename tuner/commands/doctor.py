@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from tuner.compiler import hardware
+from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
 
 def run(args) -> int:
@@ -22,7 +23,7 @@ def run(args) -> int:
             result = compile_file(args.settings)
         except SourceError as exc:
             print(f"{args.settings}: error: {exc.message}", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
         if result.settings is not None:
             paths = paths_from_settings(result.settings, args.settings.resolve().parent)
     facts = collect(paths)
@@ -31,4 +32,4 @@ def run(args) -> int:
     except OSError as exc:
         facts.warnings.append(f"could not save the facts for the compiler: {exc}")
     print(facts.to_json() if args.json else facts.report())
-    return 0
+    return EXIT_OK

@@ -5,36 +5,67 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from pathlib import Path
 
 from tuner.compiler import compile_text
-from tuner.compiler.diagnostics import render_text
+from tuner.compiler.diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, render_text
+from tuner.compiler.files import describe_os_error
 from tuner.compiler.importer import ImportError_, import_files, to_toml
 
 
 def run(args) -> int:
-    if args.out.exists() and not args.force:
-        print(f"{args.out}: error: already exists; choose another --out or pass --force", file=sys.stderr)
-        return 2
+    out: Path = args.out
+    if out.is_dir():
+        print(f"{out}: error: is a directory; give the settings file to write, e.g. -o {out / 'settings.toml'}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if out.exists() or out.is_symlink():
+        if not args.force:
+            print(f"{out}: error: already exists; choose another --out or pass --force", file=sys.stderr)
+            return EXIT_USAGE
+        if not out.is_file():
+            print(f"{out}: error: exists and is not a regular file; --force replaces settings files only",
+                  file=sys.stderr)
+            return EXIT_USAGE
     try:
         imported = import_files(list(args.sources))
+        text = to_toml(imported)
     except ImportError_ as exc:  # unreadable: 2; unrecognised or no equivalent (ImportRefused): 1
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    text = to_toml(imported)
-    result = compile_text(text, path=args.out.resolve())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{args.out.name}.", dir=args.out.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, args.out)
+    except (TypeError, ValueError) as exc:  # a YAML value TOML cannot hold (binary, a set)
+        print(f"error: the imported values cannot be written as TOML ({exc})", file=sys.stderr)
+        return EXIT_USAGE
+    result = compile_text(text, path=out.resolve())
+    try:
+        _write(out, text)
+    except OSError as exc:
+        print(f"{out}: error: cannot write: {describe_os_error(exc)}", file=sys.stderr)
+        return EXIT_USAGE
     for remark in imported.remarks:
         print(f"note: {remark}")
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
     problems = [d for d in result.diagnostics.items if d.severity != "note"]
     if problems:
         print(render_text(problems), file=sys.stderr if not result.diagnostics.ok else sys.stdout)
     if not result.diagnostics.ok:
-        print(f"{args.out} does not compile yet; fix the errors above, then run `tuner compile {args.out}`",
+        print(f"{out} does not compile yet; fix the errors above, then run `tuner compile {out}`",
               file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_INVALID
+    return EXIT_OK
+
+
+def _write(out: Path, text: str) -> None:
+    """Write atomically (temporary file + rename); nothing is left behind on failure."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+            os.fchmod(fh.fileno(), 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -10,8 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-EXIT_USAGE = 2
-EXIT_INVALID = 1
+from tuner.compiler.diagnostics import EXIT_INVALID, EXIT_USAGE
 
 
 def _compile(settings: Path, overrides: list[str]) -> Path | int:
@@ -32,7 +31,9 @@ def _compile(settings: Path, overrides: list[str]) -> Path | int:
     try:
         return result.write()
     except OSError as exc:
-        print(f"{result.out_dir}: error: cannot write artefacts: {exc}", file=sys.stderr)
+        from tuner.compiler.files import describe_os_error
+
+        print(f"{result.out_dir}: error: cannot write artefacts: {describe_os_error(exc)}", file=sys.stderr)
         return EXIT_USAGE
 
 
@@ -52,17 +53,22 @@ def run(args) -> int:
         build_dir = target
 
     from tuner.runtime.artefacts import RunError, load
+    from tuner.runtime.run_lock import acquire_run_lock
 
     try:
         arts = load(build_dir)
         _check_trainable(arts)
-        _check_resume(arts, args.resume)
-        _clear_stale_offload(arts)
         from tuner.runtime.launch import Topology, launch, worker_entry
 
         topo = Topology.resolve(arts, getattr(args, "machine_rank", None), getattr(args, "main_address", None),
                                 getattr(args, "main_port", None))
-        return launch(arts, worker_entry(arts, args.resume or "", args.max_steps), topo)
+        # One run per output directory (per machine of a multi-machine job); taking the lock
+        # also proves the directory writable before any rank starts. The lock dies with this
+        # process (kill -9 included).
+        with acquire_run_lock(arts.output_dir, topo.machine_rank if topo.num_machines > 1 else None):
+            _check_resume(arts, args.resume)
+            _clear_stale_offload(arts)
+            return launch(arts, worker_entry(arts, args.resume or "", args.max_steps), topo)
     except RunError as exc:
         print(f"tuner run: {exc.message}", file=sys.stderr)
         return exc.exit_code

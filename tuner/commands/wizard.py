@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tuner.compiler.diagnostics import EXIT_INTERNAL, EXIT_USAGE
+from tuner.compiler.diagnostics import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE
 
 
 class OpenError(Exception):
@@ -45,7 +45,7 @@ def run(args) -> int:
     try:
         code = app.run()
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     return finish(app, code)
 
 

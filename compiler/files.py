@@ -1,0 +1,193 @@
+"""Reading the files a person points tuner at: one safe reader for every command.
+
+Settings, an accelerate base YAML, a DeepSpeed JSON, a model's ``config.json``, an import
+source, hardware facts, a manifest: all of them come through here, so every command refuses
+the same hostile inputs the same way, with one sentence naming the file:
+
+* not a regular file (a FIFO would block forever, ``/dev/zero`` would read until memory
+  runs out, a directory is a typo): opened with ``O_NONBLOCK`` and checked with ``fstat``
+  before a byte is read;
+* larger than a cap (settings and configs are kilobytes; `MAX_BYTES` is generous);
+* not UTF-8;
+* JSON with ``NaN``/``Infinity`` (not JSON; Python's parser accepts them by default), or
+  nested deeper than `MAX_DEPTH` (Python's parsers and everything after them recurse, so a
+  hostile file would end in RecursionError).
+
+Pure Python, no torch: the compiler uses it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+#: The largest file tuner reads as configuration (settings, YAML, JSON, config.json).
+MAX_BYTES = 16 * 1024 * 1024
+#: Deeper nesting than this is refused: real configs nest a handful of levels.
+MAX_DEPTH = 64
+
+
+class FileError(Exception):
+    """A file cannot be used; `message` is one complete sentence naming it."""
+
+    def __init__(self, message: str, missing: bool = False, content: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.missing = missing
+        """True when the file does not exist (some callers treat that as 'not given')."""
+        self.content = content
+        """True when the file was read but what it holds is unusable (not UTF-8, bad
+        JSON/YAML, too deep); False for I/O problems (missing, unreadable, special, too big)."""
+
+
+def read_bytes(path: str | os.PathLike, what: str = "file", max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`; FileError otherwise."""
+    path = Path(path)
+    try:
+        # O_NONBLOCK: opening a FIFO with no writer must not block; fstat then refuses it.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise FileError(f"{what} not found: {path}", missing=True) from None
+    except IsADirectoryError:
+        raise FileError(f"{what} {path} is a directory, not a file") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise FileError(f"cannot read {what} {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise FileError(f"{what} {path} is a directory, not a file")
+        if not stat.S_ISREG(info.st_mode):
+            raise FileError(f"{what} {path} is not a regular file ({_kind(info.st_mode)}); "
+                            "tuner reads configuration from plain files only")
+        if info.st_size > max_bytes:
+            raise FileError(f"{what} {path} is {info.st_size:,} bytes; the limit is {max_bytes:,}")
+        chunks, total = [], 0
+        while True:  # read to the end, but never past the cap (a file may grow while read)
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise FileError(f"{what} {path} is larger than the limit of {max_bytes:,} bytes")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise FileError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str | os.PathLike, what: str = "file", max_bytes: int = MAX_BYTES) -> str:
+    """`read_bytes` decoded as UTF-8 (a leading BOM is dropped)."""
+    raw = read_bytes(path, what, max_bytes)
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise FileError(f"{what} {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8",
+                        content=True) from None
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_json(text: str, where: str) -> Any:
+    """JSON text -> value; FileError for invalid JSON, NaN/Infinity or too deep nesting."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise FileError(f"{where}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}", content=True) from None
+    except ValueError as exc:
+        raise FileError(f"{where}: invalid JSON: {exc}", content=True) from None
+    except RecursionError:
+        raise FileError(f"{where}: nested more than {MAX_DEPTH} levels deep", content=True) from None
+    check_depth(value, where)
+    return value
+
+
+def load_json(path: str | os.PathLike, what: str = "JSON file", max_bytes: int = MAX_BYTES) -> Any:
+    return parse_json(read_text(path, what, max_bytes), str(path))
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """YAML text -> value (safe loader); FileError for invalid YAML or too deep nesting."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise FileError(f"{where}: invalid YAML: {exc}", content=True) from None
+    except RecursionError:
+        raise FileError(f"{where}: nested more than {MAX_DEPTH} levels deep", content=True) from None
+    check_depth(value, where)
+    return value
+
+
+def load_yaml(path: str | os.PathLike, what: str = "YAML file", max_bytes: int = MAX_BYTES) -> Any:
+    return parse_yaml(read_text(path, what, max_bytes), str(path))
+
+
+def nesting_problem(value: Any, limit: int = MAX_DEPTH) -> str | None:
+    """Why `value` is unsafe to process recursively, or None. Counted without recursion.
+
+    Too deep: more than `limit` levels of dicts/lists. Shared: one dict/list reached twice,
+    which only a YAML alias (``*name``) produces; a self-referencing one would recurse
+    forever and a chain of them expands exponentially, so configuration files may not.
+    """
+    stack = [(value, 1)]
+    seen: set[int] = set()
+    while stack:
+        node, level = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        if level > limit:
+            return f"nested more than {limit} levels deep"
+        if id(node) in seen:
+            return "reuses a table or list through a YAML alias (*name); write the values out"
+        seen.add(id(node))
+        stack.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return None
+
+
+def check_depth(value: Any, where: str, limit: int = MAX_DEPTH) -> None:
+    problem = nesting_problem(value, limit)
+    if problem:
+        raise FileError(f"{where}: {problem}", content=True)
+
+
+def non_finite(value: Any, path: str = "") -> str | None:
+    """The key path of the first NaN or infinite float inside `value`, else None."""
+    stack = [(value, path)]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return where or "<value>"
+        if isinstance(node, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
+    return None
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One sentence for an I/O failure, naming the file (ENOSPC says "No space left on ...")."""
+    where = exc.filename if exc.filename is not None else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"No space left on device: {where or 'the output'}; free space there or write elsewhere"
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if where and str(where) not in reason:
+        return f"{reason}: {where}"
+    return reason

@@ -1,0 +1,56 @@
+"""Shared helpers for the reliability tests: in-process `tuner`, the documented exit codes."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import signal
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+
+
+def documented_exit_codes() -> set[int]:
+    """The codes in the README's exit-code table (the contract a pipeline relies on)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    return {int(m) for m in re.findall(r"^\| (\d+) \|", section, flags=re.M)}
+
+
+def tuner(*argv: str, timeout_s: int = 60) -> tuple[int, str, str]:
+    """`tuner ARGV` in this process (fast: no interpreter start): (exit code, stdout, stderr).
+
+    A SIGALRM bounds it, so a command that would block (a FIFO read) fails the test instead
+    of hanging the suite.
+    """
+    from tuner.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+
+    def _timeout(signum, frame):
+        raise TimeoutError(f"tuner {' '.join(argv)} did not finish in {timeout_s} s")
+
+    previous = signal.signal(signal.SIGALRM, _timeout)
+    signal.alarm(timeout_s)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main([str(a) for a in argv])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_honest(code: int, out: str, err: str, argv=()) -> None:
+    """No traceback, no internal error, a documented exit code."""
+    from tuner.compiler.diagnostics import EXIT_INTERNAL
+
+    text = out + err
+    assert "Traceback (most recent call last)" not in text, (argv, text[-2000:])
+    assert code != EXIT_INTERNAL, (argv, text[-2000:])
+    assert code in DOCUMENTED, (argv, code, text[-2000:])
+
+
+DOCUMENTED = documented_exit_codes()
