@@ -62,11 +62,10 @@ class CompileResult:
         """Write the artefacts (only when there are no errors); returns the directory."""
         if not self.ok or self.out_dir is None:
             raise RuntimeError("refusing to write artefacts of a compile with errors")
-        # A DDP/FSDP build replacing a DeepSpeed one: its deepspeed.json goes (when tuner wrote it).
-        stale = () if emit.DEEPSPEED_JSON in self.files else (emit.DEEPSPEED_JSON,)
+        # Artefacts of the previous build that this one no longer has (a DDP build replacing a
+        # DeepSpeed one, a single-machine build replacing a Slurm one) go, when tuner wrote them.
+        stale = tuple(n for n in (emit.DEEPSPEED_JSON, *cluster.ALL) if n not in self.files)
         emit.write_atomically(self.out_dir, self.files, remove=stale)
-        if cluster.LAUNCH_SH in self.files:  # run as ./launch.sh too
-            (self.out_dir / cluster.LAUNCH_SH).chmod(0o755)
         return self.out_dir
 
 

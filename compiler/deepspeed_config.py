@@ -124,7 +124,7 @@ def build(s: Settings, world_size: int, explicit: set[str], diags: Diagnostics,
     if zero is None:
         return out, s
     _offload(out, zero, s, zero.get("stage", 0), explicit, diags, base_dir, offload_bytes_hint)
-    _optimizer(out, zero, s, explicit, diags)
+    _optimizer(out, zero, s, explicit, builder, diags)
     _scheduler(out, s, explicit, diags)
     deepspeed_rules.leftover_auto(out, "deepspeed.config", "", diags)
     return out, s
@@ -345,7 +345,7 @@ def _offload(out, zero, s: Settings, stage: int, explicit, diags, base_dir, offl
 _OFFLOAD_OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam"}
 
 
-def _optimizer(out: dict, zero: dict, s: Settings, explicit: set[str], diags: Diagnostics) -> None:
+def _optimizer(out: dict, zero: dict, s: Settings, explicit: set[str], builder: bool, diags: Diagnostics) -> None:
     t = s.training
     opt = out.get("optimizer")
     offload = str((zero.get("offload_optimizer") or {}).get("device", "none")) != "none"
@@ -356,6 +356,12 @@ def _optimizer(out: dict, zero: dict, s: Settings, explicit: set[str], diags: Di
         opt = out["optimizer"] = {"type": name, "params": {"lr": "auto", "weight_decay": "auto"}}
         diags.note("deepspeed.optimizer", f"DeepSpeed optimizer {name}; its lr and weight_decay are 'auto', "
                    "filled by accelerate (tuner run passes training.learning_rate and weight_decay)")
+    elif offload and not builder:
+        # A raw config (an imported one) means what it says: no block is added. DeepSpeed then
+        # needs its own CPU optimizer from the script (tuner run builds DeepSpeedCPUAdam).
+        diags.note("deepspeed.config.optimizer", "ZeRO-Offload with no optimizer block, kept as written: a script "
+                   "must pass DeepSpeed's CPU optimizer (deepspeed.ops.adam.DeepSpeedCPUAdam), which tuner run "
+                   "does; set deepspeed.optimizer to have the JSON name one instead")
     elif offload and out.get("zero_force_ds_cpu_optimizer", True) is not False:
         # DeepSpeed refuses a client optimizer with ZeRO-Offload; accelerate's own offload
         # templates name one with "auto" parameters, and scripts pass DummyOptim.

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from . import cluster
 from .diagnostics import Diagnostics
 from .rules import Plan
 from .settings import Settings
@@ -246,7 +247,11 @@ class NotWrittenByTuner(FileExistsError):
 #: Permissions of written artefacts: readable by everyone, like any build output (a
 #: temporary file starts as 0600).
 ARTEFACT_MODE = 0o644
-_ARTEFACTS = (ACCELERATE_YAML, DEEPSPEED_JSON, MANIFEST_JSON)
+#: Artefacts a person runs directly (``./launch.sh 1``).
+EXECUTABLE_MODE = 0o755
+EXECUTABLES = (cluster.LAUNCH_SH,)
+#: Every name tuner writes into a build directory.
+_ARTEFACTS = (ACCELERATE_YAML, DEEPSPEED_JSON, MANIFEST_JSON, *cluster.ALL)
 
 
 def previous_artefacts(out_dir: Path) -> dict[str, str] | None:
@@ -262,7 +267,9 @@ def previous_artefacts(out_dir: Path) -> dict[str, str] | None:
     listed = data.get("artefacts") if isinstance(data, dict) and "manifest_version" in data else None
     if not isinstance(listed, dict):
         return None
-    return {name: sha for name, sha in listed.items() if name in _ARTEFACTS and isinstance(sha, str)}
+    # Plain file names only: a hand-edited manifest must not point the writer elsewhere.
+    return {name: sha for name, sha in listed.items()
+            if isinstance(name, str) and isinstance(sha, str) and name == Path(name).name and not name.startswith(".")}
 
 
 def write_atomically(out_dir: Path, files: dict[str, str], remove: tuple[str, ...] = ()) -> None:
@@ -306,7 +313,7 @@ def _stage(out_dir: Path, files: dict[str, str]) -> list[tuple[str, Path]]:
                 fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())
-                os.fchmod(fh.fileno(), ARTEFACT_MODE)
+                os.fchmod(fh.fileno(), EXECUTABLE_MODE if name in EXECUTABLES else ARTEFACT_MODE)
     except BaseException as exc:
         for _, tmp in staged:
             tmp.unlink(missing_ok=True)

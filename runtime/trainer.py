@@ -147,8 +147,15 @@ class Trainer:
         # deepspeed.json names an optimizer only when the settings ask for one, or for
         # ZeRO-Offload (DeepSpeed runs its CPU Adam there): then accelerate's DummyOptim
         # pattern, and accelerate fills the block's "auto" lr / weight_decay from it.
+        offload = str(((ds_cfg.get("zero_optimization") or {}).get("offload_optimizer") or {})
+                      .get("device", "none")) != "none"
         if "optimizer" in ds_cfg:
             opt = DummyOptim(params, lr=t.learning_rate, weight_decay=t.weight_decay)
+        elif offload:  # a raw config with ZeRO-Offload and no optimizer block: DeepSpeed's CPU Adam
+            from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+            opt = DeepSpeedCPUAdam(params, lr=t.learning_rate, weight_decay=t.weight_decay,
+                                   adamw_mode=t.optimizer != "adam")
         elif t.optimizer == "sgd":
             opt = torch.optim.SGD(params, lr=t.learning_rate, weight_decay=t.weight_decay)
         elif t.optimizer == "adam":

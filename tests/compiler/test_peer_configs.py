@@ -11,7 +11,8 @@ loader accepts, and each DeepSpeed JSON that parses, either
   size), or
 * `tuner import` refuses it with the reason listed in REFUSED (exit 1, nothing written).
 
-Only AWAITING_ART_DS below is relaxed (see its comment).
+The only relaxations are the per-file entries of KNOWN_DIFFERENCES (each with its reason):
+open differences, asserted to be exactly those, so a fix or a new difference fails the test.
 """
 
 from __future__ import annotations
@@ -60,12 +61,18 @@ REPO_LAYOUT = {
 #: source says "auto" (accelerate fills it from the script), and writes fp16/bf16 blocks from the
 #: settings instead of leaving them to accelerate's mixed-precision setting (auto_cast).
 #: Empty this set when art-ds is merged: the comparison is then the full effective dict.
-AWAITING_ART_DS = {"optimizer_name", "optimizer_params", "scheduler_name", "scheduler_params",
-                   "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                   "gradient_clipping", "float16_config.auto_cast", "bfloat16_config.auto_cast",
-                   # bucket sizes the source leaves "auto" (accelerate fills them from the model's hidden size)
-                   "zero_config.reduce_bucket_size", "zero_config.prefetch_bucket_size",
-                   "zero_config.param_persistence_threshold"}
+#: Open differences, file -> (the attributes that differ, why). Each test asserts that the
+#: problems are exactly these, so a fix (or a new difference) shows up as a failure.
+KNOWN_DIFFERENCES: dict[str, tuple[set[str], str]] = {
+    "trl/alst_ulysses_4gpu.yaml": ({"deepspeed.train_batch_size", "deepspeed.train_micro_batch_size_per_gpu"},
+                                   "sequence parallelism (sp_size 2) changes how accelerate fills the DeepSpeed "
+                                   "batch 'auto's; the imported build fills them for the plain data-parallel world"),
+    "trl/deepspeed_zero3.yaml": ({"deepspeed.float16_config.auto_cast", "deepspeed.train_batch_size",
+                                  "deepspeed.train_micro_batch_size_per_gpu"},
+                                 "a YAML-only DeepSpeed setup: accelerate builds the config with 'auto' batch sizes "
+                                 "(filled from the script) and fp16 auto_cast true; the compiled deepspeed.json "
+                                 "writes the settings' micro batch and auto_cast false"),
+}
 
 #: FSDP variables whose raw strings may differ while the plugin resolves them identically
 #: (absent vs NO_PREFETCH / NO_WRAP, 'true' vs 'FULL_SHARD' for v1, keys FSDP2 ignores);
@@ -117,7 +124,7 @@ def _no_offload_is_none(effective: dict) -> dict:
     return effective
 
 
-def equivalence_problems(theirs: dict, ours: dict, relaxed: set[str] = AWAITING_ART_DS) -> list[str]:
+def equivalence_problems(theirs: dict, ours: dict, relaxed: frozenset[str] = frozenset()) -> list[str]:
     """Where two launch views differ in a way that changes the job ([] = the same job)."""
     t, o = dict(theirs), dict(ours)
     t_plugin, o_plugin = t.pop("deepspeed_plugin", None), o.pop("deepspeed_plugin", None)
@@ -173,7 +180,7 @@ def test_accelerate_config_imports_to_the_same_launch(path, tmp_path, monkeypatc
     theirs = launch_view(source, cli)
     monkeypatch.chdir(tmp_path)  # the compiled YAML names build/deepspeed.json from the project root
     ours = launch_view(tmp_path / "build" / "accelerate.yaml", cli)
-    assert equivalence_problems(theirs, ours) == [], text
+    _assert_equivalent(path, equivalence_problems(theirs, ours), text)
 
 
 @pytest.mark.parametrize("path", [p for p in YAMLS if _accepted_by_accelerate(p) is not None], ids=_ids(
@@ -203,7 +210,14 @@ def _parses(path: Path):
         return None
 
 
-@pytest.mark.parametrize("path", JSONS, ids=_ids(JSONS))
+#: Files tuner's own DeepSpeed rules refuse although DeepSpeed accepts them (open bugs; strict
+#: xfail, so the fix shows): the sequence_parallel block of this ALST config.
+WRONGLY_REFUSED = {"llamafactory/deepspeed/ds_z3_alst_config.json"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(
+    strict=True, reason="tuner's DeepSpeed rules refuse keys DeepSpeed accepts")) if _rel(p) in WRONGLY_REFUSED
+    else p for p in JSONS], ids=_ids(JSONS))
 def test_deepspeed_json_imports_to_the_same_effective_config(path, tmp_path, monkeypatch):
     """The JSON as accelerate would run it (`deepspeed_config_file`, "auto"s filled from the
     script) and the compiled deepspeed.json give DeepSpeed the same effective config."""
@@ -233,11 +247,16 @@ def test_deepspeed_json_imports_to_the_same_effective_config(path, tmp_path, mon
         pytest.skip(f"accelerate/DeepSpeed refuse this file as it is: {type(exc).__name__}: {str(exc)[:200]}")
     monkeypatch.chdir(tmp_path)  # the compiled YAML names build/deepspeed.json from the project root
     ours = launch_view(tmp_path / "build" / "accelerate.yaml")
-    relaxed = set(AWAITING_ART_DS)
+    relaxed: set[str] = set()
     if (data.get("zero_optimization") or {}).get("stage3_gather_16bit_weights_on_model_save") == "auto":
         # "auto" here is filled False by accelerate's prepare; today's compiler pins tuner's true
         relaxed |= {"plugin.zero3_save_16bit_model", "zero_config.gather_16bit_weights_on_model_save"}
-    assert equivalence_problems(theirs, ours, relaxed) == [], text
+    _assert_equivalent(path, equivalence_problems(theirs, ours, frozenset(relaxed)), text)
+
+
+def _assert_equivalent(path: Path, problems: list[str], text: str) -> None:
+    known, why = KNOWN_DIFFERENCES.get(_rel(path), (set(), ""))
+    assert {p.split(":")[0] for p in problems} == known, (why, problems, text)
 
 
 AXOLOTL = sorted((PEER_CONFIGS / "axolotl/fsdp_examples").glob("*.y*ml"))

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import sys
 
-EXIT_USAGE = 2
+from tuner.compiler.diagnostics import EXIT_USAGE
+
 _FLAGS = {"--machine-rank": ("machine_rank", int), "--main-address": ("main_address", str),
           "--main-port": ("main_port", int)}
 
