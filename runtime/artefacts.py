@@ -7,7 +7,6 @@ module has no torch import, so `tuner run` can report a bad build directory at o
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

@@ -33,7 +33,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .artefacts import Artefacts, RunError
+from .artefacts import Artefacts
 from .launch_env import Topology, accelerate_env, config_flags, free_port
 
 _free_port = free_port  # the name bench/runtime_overhead.py imports

@@ -14,12 +14,12 @@ from __future__ import annotations
 import contextlib
 import enum
 import json
-import os
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 from tests.compiler.helpers import parse_deepspeed
+from tuner.compiler.verify import _environ  # os.environ set for a block, then restored
 
 #: Pretended GPUs per machine while accelerate derives the launch.
 FAKE_GPUS = 8
@@ -37,17 +37,6 @@ def _pretend_cuda():
             mock.patch.object(torch.cuda, "device_count", return_value=FAKE_GPUS), \
             mock.patch.object(torch.cuda, "current_device", return_value=0):
         yield
-
-
-@contextlib.contextmanager
-def _environ(env: dict[str, str]):
-    saved = dict(os.environ)
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def _plain(value: Any) -> Any:
