@@ -150,7 +150,9 @@ def _batch(out: dict, s: Settings, world: int, explicit: set[str], builder: bool
                         f"{label} is {value!r} in the DeepSpeed config but {path} = {setting!r}",
                         f"set it in one place only (remove {label} from deepspeed.config or {path})")
             return False
-    micro_set = "training.micro_batch_size" in explicit or builder
+    # Only a micro batch the person wrote is written: otherwise "auto", which accelerate fills
+    # from the script's data loader (as its own YAML-only DeepSpeed setup does).
+    micro_set = "training.micro_batch_size" in explicit
     accum_set = "training.gradient_accumulation_steps" in explicit or builder
     # The factors the run uses. accelerate reads a missing gradient_accumulation_steps as 1.
     derived_accum = False
@@ -192,16 +194,18 @@ def _batch(out: dict, s: Settings, world: int, explicit: set[str], builder: bool
                     "the accumulation steps or hardware.num_processes so the product matches")
         return False
     # What the file says: the raw config's values as written; the settings' where set.
+    micro_auto = micro_raw is None and total is None and not micro_set
     if micro_raw is None and micro_set:
         out["train_micro_batch_size_per_gpu"] = micro
-    elif micro_raw is None and total is None:
+    elif micro_auto:
         out["train_micro_batch_size_per_gpu"] = "auto"  # DeepSpeed needs one of the two; accelerate fills it
         diags.note("deepspeed.config.train_micro_batch_size_per_gpu",
-                   "no batch size in the DeepSpeed config: 'auto', filled by accelerate from the data loader")
+                   "no micro batch in the settings or the DeepSpeed config: 'auto', filled by accelerate from "
+                   f"the data loader (tuner run uses training.micro_batch_size = {micro})")
     if accum_raw is None and (accum_set or derived_accum):
         out["gradient_accumulation_steps"] = accum
     if total_raw is None and builder:
-        out["train_batch_size"] = expected
+        out["train_batch_size"] = "auto" if micro_auto else expected
     if (micro, accum) != (t.micro_batch_size, t.gradient_accumulation_steps):
         diags.note("deepspeed.config", f"micro batch {micro} and accumulation {accum} come from the DeepSpeed config")
         t.micro_batch_size, t.gradient_accumulation_steps = micro, accum
@@ -233,6 +237,10 @@ def _precision(out: dict, s: Settings, explicit: set[str], diags: Diagnostics) -
                    f"(tuner run passes {mp}; with accelerate launch, pass --mixed_precision {mp})")
     elif "enabled" not in section:
         section["enabled"] = True
+        if mp == "fp16" and len(section) == 1:
+            # What accelerate writes for fp16 when the DeepSpeed config has no fp16 block
+            # (`DeepSpeedPlugin.set_mixed_precision`): a settings-made config means the same.
+            section["auto_cast"] = True
 
 
 def _clipping(out: dict, s: Settings, explicit: set[str], diags: Diagnostics) -> None:

@@ -63,16 +63,7 @@ REPO_LAYOUT = {
 #: Empty this set when art-ds is merged: the comparison is then the full effective dict.
 #: Open differences, file -> (the attributes that differ, why). Each test asserts that the
 #: problems are exactly these, so a fix (or a new difference) shows up as a failure.
-KNOWN_DIFFERENCES: dict[str, tuple[set[str], str]] = {
-    "trl/alst_ulysses_4gpu.yaml": ({"deepspeed.train_batch_size", "deepspeed.train_micro_batch_size_per_gpu"},
-                                   "sequence parallelism (sp_size 2) changes how accelerate fills the DeepSpeed "
-                                   "batch 'auto's; the imported build fills them for the plain data-parallel world"),
-    "trl/deepspeed_zero3.yaml": ({"deepspeed.float16_config.auto_cast", "deepspeed.train_batch_size",
-                                  "deepspeed.train_micro_batch_size_per_gpu"},
-                                 "a YAML-only DeepSpeed setup: accelerate builds the config with 'auto' batch sizes "
-                                 "(filled from the script) and fp16 auto_cast true; the compiled deepspeed.json "
-                                 "writes the settings' micro batch and auto_cast false"),
-}
+KNOWN_DIFFERENCES: dict[str, tuple[set[str], str]] = {}
 
 #: FSDP variables whose raw strings may differ while the plugin resolves them identically
 #: (absent vs NO_PREFETCH / NO_WRAP, 'true' vs 'FULL_SHARD' for v1, keys FSDP2 ignores);

@@ -77,32 +77,37 @@ class _Artefacts:
         out = Path(tempfile.mkdtemp(dir=workdir))
         result.out_dir = out
         result.write()
-        from tuner.compiler.verify import _WorldSize, load_accelerate
+        from tuner.compiler.verify import load_accelerate
 
         load_accelerate(out / "accelerate.yaml")
         if result.deepspeed_json and cls.deepspeed_checked < cls.deepspeed_limit:
             cls.deepspeed_checked += 1
-            _parse_deepspeed(out / "deepspeed.json", _WorldSize(result.plan.data_parallel_size))
+            _parse_deepspeed(out / "deepspeed.json", result.settings.to_dict(), result.plan.data_parallel_size)
 
 
 class DeepSpeedRefused(AssertionError):
     """An exit-0 deepspeed.json that DeepSpeed's own parser refuses."""
 
 
-def _parse_deepspeed(path: Path, mpu) -> None:
-    """DeepSpeed's own `DeepSpeedConfig` at the run's data-parallel size. Its rank lookup is
-    answered directly (as docs/interop-method.md allows) instead of starting a process
-    group, which on CPU builds DeepSpeed's shared-memory op first (a minute or more)."""
+def _parse_deepspeed(path: Path, settings: dict, world: int) -> None:
+    """DeepSpeed's own `DeepSpeedConfig` at the run's data-parallel size, after accelerate
+    has filled the "auto" values as it does for a run of these settings. DeepSpeed's rank
+    lookup is answered directly (as docs/interop-method.md allows) instead of starting a
+    process group, which on CPU builds DeepSpeed's shared-memory op first (a minute or more)."""
     from unittest import mock
 
     import deepspeed.runtime.config as ds_config
 
+    from tuner.compiler.verify import _WorldSize, accelerate_filled
+
+    written = json.loads(path.read_text())
     with mock.patch.object(ds_config.dist, "get_rank", lambda *a, **k: 0):
         try:
-            cfg = ds_config.DeepSpeedConfig(str(path), mpu=mpu)
+            filled = accelerate_filled(written, settings, world)
+            cfg = ds_config.DeepSpeedConfig(filled, mpu=_WorldSize(world))
         except Exception as exc:
             raise DeepSpeedRefused(f"DeepSpeed refuses {path}: {exc}") from exc
-    assert cfg.train_batch_size == json.loads(path.read_text())["train_batch_size"]
+    assert cfg.train_batch_size == filled["train_batch_size"]
 
 
 @pytest.fixture(scope="module")
