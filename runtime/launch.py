@@ -131,7 +131,7 @@ def _launch_accelerate(arts: Artefacts, entry: Entry, topo: Topology) -> int:
 def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import elastic_launch
 
     nproc = max(1, int(arts.plan.processes_per_machine))
     if topo.num_machines == 1:  # one machine: any free port will do (another run may hold the compiled one)
@@ -144,18 +144,7 @@ def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
         endpoint, run_id = f"{topo.main_address}:{topo.main_port}", topo.run_id
     else:
         endpoint, run_id = f"127.0.0.1:{topo.main_port}", f"tuner-{uuid.uuid4().hex[:8]}"
-    config = LaunchConfig(
-        min_nodes=topo.num_machines, max_nodes=topo.num_machines, nproc_per_node=nproc, run_id=run_id,
-        rdzv_backend="c10d", rdzv_endpoint=endpoint,
-        # Machine 0 hosts the rendezvous store; the others only connect (on one host, as in
-        # the tests, torch's hostname heuristic would make every machine try to host it).
-        rdzv_configs={"timeout": RDZV_TIMEOUT_S, "is_host": topo.machine_rank == 0},
-        max_restarts=0, monitor_interval=MONITOR_INTERVAL_S, start_method="spawn",
-    )
-    import torch.distributed.launcher.api as api
-
-    if hasattr(api, "_DEFAULT_STOP_TIMEOUT"):
-        api._DEFAULT_STOP_TIMEOUT = STOP_GRACE_S  # pragma: no cover - only where torch exposes it
+    config = launch_config(topo, nproc, endpoint, run_id)
     try:
         elastic_launch(config, sys.executable)("-m", entry.module, *entry.args)
     except ChildFailedError as exc:
@@ -173,6 +162,31 @@ def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
             return 1
         raise
     return 0
+
+
+def launch_config(topo: Topology, nproc: int, endpoint: str, run_id: str):
+    """torch's elastic launch configuration for this machine's ranks."""
+    import dataclasses
+
+    from torch.distributed.launcher.api import LaunchConfig
+
+    # The grace between SIGTERM and SIGKILL when the run stops (a rank died, Ctrl-C): a
+    # LaunchConfig field since torch 2.10 (`shutdown_timeout`, default 30 s); older torch
+    # read a module constant.
+    if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}:
+        grace = {"shutdown_timeout": STOP_GRACE_S}
+    else:  # pragma: no cover - torch < 2.10
+        import torch.distributed.launcher.api as api
+
+        api._DEFAULT_STOP_TIMEOUT, grace = STOP_GRACE_S, {}
+    return LaunchConfig(
+        min_nodes=topo.num_machines, max_nodes=topo.num_machines, nproc_per_node=nproc, run_id=run_id,
+        rdzv_backend="c10d", rdzv_endpoint=endpoint,
+        # Machine 0 hosts the rendezvous store; the others only connect (on one host, as in
+        # the tests, torch's hostname heuristic would make every machine try to host it).
+        rdzv_configs={"timeout": RDZV_TIMEOUT_S, "is_host": topo.machine_rank == 0},
+        max_restarts=0, monitor_interval=MONITOR_INTERVAL_S, start_method="spawn", **grace,
+    )
 
 
 def interrupted(arts: Artefacts, entry: Entry, signum: int) -> int:

@@ -141,3 +141,17 @@ def test_a_multi_machine_build_without_an_address_asks_for_one(tmp_path, monkeyp
     assert "--main-address" in e.value.message
     monkeypatch.setenv("TUNER_MAIN_ADDRESS", "node7")
     assert Topology.resolve(a, machine_rank=0).main_address == "node7"
+
+
+def test_the_stop_grace_reaches_torchs_launcher(arts, monkeypatch):
+    """STOP_GRACE_S is what torch's agent waits between SIGTERM and SIGKILL (its own default is
+    30 s), and machine 0 alone hosts the rendezvous."""
+    from tuner.runtime.launch import STOP_GRACE_S, launch_config
+
+    monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
+    a = arts()
+    for rank in (0, 1):
+        config = launch_config(Topology.resolve(a, machine_rank=rank), 2, "127.0.0.1:29500", "job")
+        assert config.shutdown_timeout == STOP_GRACE_S != 30
+        assert config.rdzv_configs["is_host"] is (rank == 0)
+        assert (config.min_nodes, config.max_nodes, config.nproc_per_node) == (2, 2, 2)
