@@ -176,7 +176,7 @@ def cache_key(family: str, model: str, flavour: str = "") -> str:
 def current_fingerprint(model: str, family: str | None, flavour: str = "") -> str | None:
     """The SHA-256 that a cache entry for this model must carry to be fresh, or None
     when the model cannot be found (a missing directory, an unknown built-in)."""
-    from tuner.runtime import tiny_configs  # pure dicts, no torch
+    from . import builtin_models as tiny_configs  # pure dicts, no torch
 
     packaged = tiny_configs.packaged_dir(model)
     if packaged is not None:

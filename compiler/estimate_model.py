@@ -73,7 +73,7 @@ def model_size(s: Settings, base_dir: Path | None = None) -> tuple[ModelSize | N
     """What is known about the settings' model, and a sentence saying where it came from
     (or why nothing is known). Reads files only; never builds a model."""
     from . import block_cache
-    from tuner.runtime import tiny_configs  # pure dicts
+    from . import builtin_models as tiny_configs  # pure dicts
 
     m = s.model
     packaged = tiny_configs.packaged_dir(m.path)

@@ -38,7 +38,7 @@ def known_classes(s: Settings, base_dir: Path | None) -> tuple[set[str] | None, 
     """(classes in the model, suggested wrap classes, where that came from); the set is None
     when nothing is known without building the model."""
     from . import block_cache
-    from tuner.runtime import tiny_configs
+    from . import builtin_models as tiny_configs
 
     m = s.model
     builtin = tiny_configs.is_builtin(m.path)
@@ -63,7 +63,7 @@ def _check_wrap_classes(s: Settings, diags: Diagnostics, base_dir: Path | None) 
     classes, suggested, source = known_classes(s, base_dir)
     wanted = list(f.transformer_layer_cls_to_wrap)
     if classes is None:
-        from tuner.runtime import tiny_configs
+        from . import builtin_models as tiny_configs
 
         if suggested:  # a built-in: its suggested classes are the ones it is known to have
             unknown = [c for c in wanted if c not in suggested]

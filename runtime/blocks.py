@@ -30,7 +30,7 @@ from typing import Any
 from tuner.compiler import block_cache
 from tuner.compiler.block_cache import ClassStat, DetectionResult
 
-from . import tiny_configs
+from tuner.compiler import builtin_models as tiny_configs
 
 __all__ = ["DetectionError", "DetectionResult", "ClassStat", "ModelSpec", "resolve", "build_model",
            "inspect", "detect", "suggest_wrap_classes", "FAMILIES"]

@@ -15,7 +15,7 @@ from tests.services.conftest import LLAMA
 
 from tuner.compiler import block_cache
 from tuner.compiler.estimate import analytic_shapes
-from tuner.runtime import tiny_configs
+from tuner.compiler import builtin_models as tiny_configs
 from tuner.runtime.blocks import DetectionError, detect
 
 

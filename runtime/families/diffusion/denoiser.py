@@ -49,7 +49,7 @@ def tiny_denoiser_config(name: str, resolution: int) -> dict[str, Any]:
         cfg = dict(TINY_SD3)
     else:
         try:
-            from ... import tiny_configs
+            from tuner.compiler import builtin_models as tiny_configs
 
             cfg = tiny_configs.config_dict(name)
         except (ImportError, KeyError):
