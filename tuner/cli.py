@@ -175,6 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"tuner {command}: error: {describe_os_error(exc)}", file=sys.stderr)
         return EXIT_USAGE
+    except ModuleNotFoundError as exc:
+        extra = _EXTRA_FOR.get((exc.name or "").split(".")[0])
+        if extra is None:  # a module of tuner's own, or an undeclared dependency: a bug
+            return _internal_error(command, exc)
+        print(f"tuner {command}: needs {exc.name}, which is not installed: {extra}", file=sys.stderr)
+        return EXIT_USAGE
     except RecursionError:
         # Inputs are depth-checked where they are read; one that slipped through is a bug too,
         # but say what probably caused it.
@@ -183,10 +189,25 @@ def main(argv: list[str] | None = None) -> int:
               f"traceback saved to {path}", file=sys.stderr)
         return EXIT_INTERNAL
     except Exception as exc:  # noqa: BLE001 - the last line of defence, by design
-        path = save_traceback(command)
-        print(f"tuner {command}: internal error (a bug in tuner, please report it): "
-              f"{type(exc).__name__}: {_one_line(str(exc))}; traceback saved to {path}", file=sys.stderr)
-        return EXIT_INTERNAL
+        return _internal_error(command, exc)
+
+
+def _internal_error(command: str, exc: BaseException) -> int:
+    path = save_traceback(command)
+    print(f"tuner {command}: internal error (a bug in tuner, please report it): "
+          f"{type(exc).__name__}: {_one_line(str(exc))}; traceback saved to {path}", file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+#: A missing optional package -> how to install it (`tuner compile` needs none of them).
+_RUNTIME = "pip install 'tuner[runtime]' (install torch first, see the README)"
+_EXTRA_FOR = {
+    "textual": "pip install 'tuner[tui]'",
+    "torch": "install torch first (pip install torch==2.13.0 for a CPU wheel, or the build for your GPUs), "
+             "then pip install 'tuner[runtime]'",
+    **{name: _RUNTIME for name in ("accelerate", "deepspeed", "transformers", "diffusers", "peft",
+                                   "safetensors", "tqdm")},
+}
 
 
 def _one_line(text: str, limit: int = 200) -> str:

@@ -42,6 +42,21 @@ def test_an_internal_error_is_one_line_exit_70_and_a_saved_traceback(monkeypatch
     assert saved.is_file() and "KeyError: 'a bug'" in saved.read_text()
 
 
+@pytest.mark.parametrize("command, missing, hint", [
+    (["wizard", "s.toml"], "textual", "pip install 'tuner[tui]'"),
+    (["run", "build", "--max-steps", "1"], "accelerate", "pip install 'tuner[runtime]'"),
+])
+def test_a_missing_optional_package_names_the_extra(tmp_path, command, missing, hint):
+    """Installed without an extra, `tuner` and `tuner run` say what to install (exit 2), never
+    a traceback. The package is made unimportable in a fresh interpreter (None in sys.modules)."""
+    code = (f"import sys; sys.modules[{missing!r}] = None\n"
+            f"from tuner.cli import main; sys.exit(main({command!r}))")
+    (tmp_path / "ddp.toml").write_text((EXAMPLES / "ddp.toml").read_text())  # its output stays in tmp_path
+    assert tuner("compile", tmp_path / "ddp.toml", "--out", tmp_path / "build")[0] == EXIT_OK
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert p.returncode == EXIT_USAGE and hint in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
 def test_piped_into_head_exits_quietly():
     # bash reports the pipeline's last command; PIPESTATUS gives tuner's own status.
     # `true` exits before tuner has started, so tuner's first write meets a closed pipe
