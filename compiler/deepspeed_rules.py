@@ -96,8 +96,12 @@ def check(config: dict[str, Any], where: str, diags: Diagnostics) -> bool:
                         f"remove {key} from the DeepSpeed config")
             continue
         spec = r["top_level"].get(key)
-        if spec is None or value == "auto":
+        if spec is None:
             continue  # DeepSpeed ignores keys it does not know at the top level; leftover_auto judges "auto"
+        if value == "auto":
+            if key not in ACCELERATE_FILLS:  # e.g. a whole block ("optimizer": "auto"): nothing fills it
+                _unfilled_auto(path, diags)
+            continue
         problem = _type_problem(value, spec)
         if problem:
             diags.error(path, f"{key} {problem}")

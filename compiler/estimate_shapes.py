@@ -275,8 +275,18 @@ def _too_many_parameters_to_list(config: dict[str, Any]) -> bool:
     return total * 16 > MAX_LISTED_TENSORS
 
 
+#: More parameters than any model trains (a quadrillion): a config.json saying so is not a
+#: model's, and its byte counts would overflow the float arithmetic of the report.
+MAX_PARAMETERS = 10**15
+
+
 def analytic_count(config: dict[str, Any]) -> Counted | None:
     """The parameter tensors of a transformers config, or None when its shape is unknown."""
+    counted = _count(config)
+    return counted if counted is None or 0 <= sum(counted.sizes) <= MAX_PARAMETERS else None
+
+
+def _count(config: dict[str, Any]) -> Counted | None:
     mt = str(config.get("model_type", ""))
     if _too_many_parameters_to_list(config):
         return None

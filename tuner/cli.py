@@ -42,10 +42,57 @@ def _nonempty_path(text: str) -> Path:
     return Path(text)
 
 
+SETTING_DEST = "setting:"
+#: Boolean spellings a settings flag may take as its value (anything else after a boolean
+#: flag is the next argument, and the flag alone means true).
+_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
+
+
 def _add_overrides(p: argparse.ArgumentParser) -> None:
+    """`--set KEY=VALUE`, and every settings key and seed alias as a flag of its own
+    (``--fsdp_version 2``, ``--fsdp_version=2``, ``--fsdp_enable``, ``--fsdp_enable false``),
+    registered from the schema so that ``--help`` lists them. Call it after the command's
+    own options: a name the command already uses (``--resume``) stays the command's."""
+    from tuner.compiler.schema import index
+
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a setting (canonical key like fsdp.version or a flat alias like fsdp_version); "
-                        "the seed's own --fsdp_version=2 spelling works too")
+                   help="override a setting (canonical key like fsdp.version or a flat alias like fsdp_version)")
+    idx = index()
+    group = p.add_argument_group("settings as flags", "every settings key or alias: --KEY VALUE, --KEY=VALUE, "
+                                 "or --KEY alone for true (as the seeds write them); the same as --set KEY=VALUE")
+    own = set(p._option_string_actions)  # noqa: SLF001 - argparse has no public list of a parser's flags
+    for name in sorted(set(idx.aliases) | set(idx.keys)):
+        if f"--{name}" in own:
+            continue
+        canonical = idx.aliases.get(name, name)
+        group.add_argument(f"--{name}", dest=SETTING_DEST + name, nargs="?", const="true", default=None,
+                           metavar="VALUE", help=canonical if canonical != name else argparse.SUPPRESS)
+
+
+def _bool_flags_alone(argv: list[str]) -> list[str]:
+    """A boolean settings flag followed by something that is not a boolean word (the
+    settings file, another flag) means true: say so, so argparse does not take that
+    argument as the flag's value."""
+    from tuner.compiler.schema import index
+
+    idx = index()
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        out.append(arg)
+        name = arg[2:] if arg.startswith("--") and "=" not in arg else ""
+        info = idx.keys.get(idx.aliases.get(name, name)) if name else None
+        if info is not None and info.prop.get("type") == "boolean":
+            following = argv[i + 1] if i + 1 < len(argv) else None
+            if following is None or following.lower() not in _BOOL_WORDS:
+                out[-1] = f"{arg}=true"
+    return out
+
+
+def _collect_setting_flags(args: argparse.Namespace) -> None:
+    """Settings flags join the --set overrides."""
+    for dest, value in sorted(vars(args).items()):
+        if dest.startswith(SETTING_DEST) and value is not None:
+            args.overrides.append(f"{dest[len(SETTING_DEST):]}={value}")
 
 
 def _add_machine_flags(p: argparse.ArgumentParser) -> None:
@@ -63,7 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tuner {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("compile", help="validate settings.toml and write accelerate.yaml, deepspeed.json, manifest.json")
+    p = sub.add_parser("compile", help="validate settings.toml and write accelerate.yaml, deepspeed.json, manifest.json",
+                       usage="tuner compile SETTINGS [--out DIR] [--format text|json] [--quiet] [--verify] "
+                             "[--set KEY=VALUE]... [--KEY [VALUE]]...")
     p.add_argument("settings", type=Path, help="the settings file")
     p.add_argument("--out", type=_nonempty_path, default=None, help="output directory (default: build/ beside the settings)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="diagnostics format")
@@ -86,10 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=keys_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("settings", type=Path, nargs="?", default=None)
 
-    p = sub.add_parser("run", help="train from a build directory or settings file on real ranks")
+    p = sub.add_parser("run", help="train from a build directory or settings file on real ranks",
+                       usage="tuner run TARGET [--resume latest|PATH] [--max-steps N] [--machine-rank N] "
+                             "[--main-address HOST] [--main-port PORT] [--set KEY=VALUE]... [--KEY [VALUE]]...")
     p.add_argument("target", type=Path, help="a build directory (with manifest.json) or a settings file")
     p.add_argument("--resume", default=None, help="'latest' or a checkpoint directory")
     p.add_argument("--max-steps", type=_positive_int, default=None, help="stop after this many optimizer steps (1 or more)")
+    p.add_argument("--max_steps", dest="max_steps", type=_positive_int, help=argparse.SUPPRESS)  # the seeds' spelling
     _add_machine_flags(p)
     _add_overrides(p)
 
@@ -113,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refresh", action="store_true", help="ignore the cache")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("estimate", help="per-GPU and per-host memory estimate for each strategy")
+    p = sub.add_parser("estimate", help="per-GPU and per-host memory estimate for each strategy",
+                       usage="tuner estimate SETTINGS [--json] [--set KEY=VALUE]... [--KEY [VALUE]]...")
     p.add_argument("settings", type=Path)
     p.add_argument("--json", action="store_true")
     _add_overrides(p)
@@ -128,28 +181,6 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("which", nargs="?", choices=("detection", "offload", "all"), default="all")
     c.add_argument("settings", type=Path, nargs="?", default=None, help="settings whose offload path to clean")
     return parser
-
-
-def _split_seed_flags(argv: list[str]) -> list[str]:
-    """Turn the seeds' `--fsdp_version=2` / `--fsdp_enable` flags into `--set` overrides.
-
-    Any `--name[=value]` whose name is a settings key or alias (and not one of the
-    subcommand's own options) becomes `--set name=value`, so a config saved from the
-    wizard replays on the command line unchanged.
-    """
-    from tuner.compiler.schema import index
-
-    idx = index()
-    known = set(idx.aliases) | set(idx.keys)
-    out: list[str] = []
-    for arg in argv:
-        if arg.startswith("--") and len(arg) > 2:
-            name = arg[2:].split("=", 1)[0]
-            if name in known and name not in ("resume",):
-                out += ["--set", arg[2:] if "=" in arg else f"{name}=true"]
-                continue
-        out.append(arg)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,12 +292,14 @@ def _main(argv: list[str]) -> int:
 
     warnings.formatwarning = _warning_line
     if argv and argv[0] in ("compile", "run", "estimate"):
-        argv = _split_seed_flags(argv)
+        argv = _bool_flags_alone(argv)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    if hasattr(args, "overrides"):
+        _collect_setting_flags(args)
     command = args.command or "wizard"
     try:
         if command == "compile":

@@ -218,3 +218,21 @@ def test_blocks_with_a_string_hidden_size(tmp_path):
         "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100}))
     code, out, err = tuner("blocks", tmp_path)
     assert code == EXIT_USAGE and "hidden_size" in err, err
+
+
+def test_a_config_json_with_absurd_dimensions_is_not_counted(tmp_path):
+    """Found by the property test: a hidden_size of 2**63 overflowed the report's float
+    arithmetic. A config saying more than a quadrillion parameters is not counted (the
+    estimate then asks for `tuner blocks`), and nothing raises."""
+    from tuner.compiler.estimate_shapes import MAX_PARAMETERS, analytic_count
+
+    absurd = {"model_type": "bert", "hidden_size": 2**63, "num_hidden_layers": 0, "vocab_size": 1e297}
+    assert analytic_count(absurd) is None
+    fine = {"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100}
+    assert 0 < sum(analytic_count(fine).sizes) <= MAX_PARAMETERS
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({**absurd, "vocab_size": int(1e297)}))
+    (tmp_path / "s.toml").write_text(f'[model]\npath = "{model}"\n[hardware]\nplatform = "cpu"\n')
+    code, out, err = tuner("estimate", tmp_path / "s.toml")
+    assert code in (EXIT_OK, EXIT_INVALID) and "Traceback" not in err and "internal error" not in err, err

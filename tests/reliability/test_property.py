@@ -56,7 +56,10 @@ CASES = {"examples": 800, "deepspeed": 500, "base": 300, "model": 300, "commands
 
 
 def cases(name: str) -> settings:
-    return settings(max_examples=CASES[name], deadline=None, suppress_health_check=list(HealthCheck))
+    # In CI the cases are a fixed sequence (a gate a pipeline can reproduce); on a developer's
+    # machine each run explores new ones (how the overflow and the "auto" blocks were found).
+    return settings(max_examples=CASES[name], deadline=None, suppress_health_check=list(HealthCheck),
+                    derandomize=os.environ.get("CI", "").lower() in ("1", "true"))
 
 
 def _no_nan(name: str):
@@ -107,7 +110,8 @@ def _parse_deepspeed(path: Path, settings: dict, world: int) -> None:
             cfg = ds_config.DeepSpeedConfig(filled, mpu=_WorldSize(world))
         except Exception as exc:
             raise DeepSpeedRefused(f"DeepSpeed refuses {path}: {exc}") from exc
-    assert cfg.train_batch_size == filled["train_batch_size"]
+    # DeepSpeed derives a train_batch_size the file leaves out; one it states must hold
+    assert cfg.train_batch_size == filled.get("train_batch_size", cfg.train_batch_size)
 
 
 @pytest.fixture(scope="module")
