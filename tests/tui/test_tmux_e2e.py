@@ -17,26 +17,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.debian import ensure_package
 from tuner.compiler import compile_file
 
 pytestmark = pytest.mark.tui
 
 
 def _ensure_tmux() -> str:
-    found = shutil.which("tmux")
-    if found:
-        return found
-    if not shutil.which("apt-get") or os.geteuid() != 0:
-        pytest.skip("tmux is not installed and cannot be installed here (needs apt-get as root)")
-    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", "tmux"]):
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-        if done.returncode != 0 and cmd[1] == "install":
-            pytest.skip(f"tmux is not installed and apt-get could not install it: {done.stderr.strip()[-300:]}")
-    found = shutil.which("tmux")
-    if not found:
-        pytest.skip("tmux is not installed and apt-get did not provide it")
-    return found
+    ensure_package("tmux", lambda: shutil.which("tmux") is not None, "the terminal test drives tmux")
+    return shutil.which("tmux")
 
 
 class Tmux:

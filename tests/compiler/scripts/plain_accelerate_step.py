@@ -36,7 +36,10 @@ def main() -> None:
         sched = schedule(opt)
     model, opt, loader, sched = acc.prepare(model, opt, loader, sched)
     x, y = next(iter(loader))
-    loss = torch.nn.functional.mse_loss(model(x), y)
+    # Under DeepSpeed bf16/fp16 the weights are half precision and nothing casts float inputs
+    # (accelerate's examples feed token ids): a script casts them itself.
+    dtype = next(model.parameters()).dtype
+    loss = torch.nn.functional.mse_loss(model(x.to(dtype)).float(), y)
     acc.backward(loss)
     opt.step()
     sched.step()
