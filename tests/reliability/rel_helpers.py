@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import signal
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,3 +56,20 @@ def assert_honest(code: int, out: str, err: str, argv=()) -> None:
 
 
 DOCUMENTED = documented_exit_codes()
+
+
+@contextlib.contextmanager
+def tiny_tmpfs(where: Path, kib: int):
+    """A tmpfs of `kib` KiB mounted at `where` (root only; the test is skipped otherwise):
+    a real full disk for the write paths."""
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(where)]).returncode:
+        pytest.skip("mount is not permitted here")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.conftest import run_env
-from tests.reliability.rel_helpers import EXAMPLES, tuner
+from tests.reliability.rel_helpers import EXAMPLES, tiny_tmpfs, tuner
 from tuner.compiler import compile_text
 from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
@@ -73,13 +72,7 @@ def test_artefacts_are_0644_and_no_temporary_files_remain(tmp_path):
 
 def test_a_failure_part_way_leaves_the_previous_set_and_no_temporaries(tmp_path):
     """Real failure: the second artefact does not fit on a tiny file system."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tiny tmpfs needs root; the /dev/full test covers the write path")
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24k", "tmpfs", str(mnt)]).returncode:
-        pytest.skip("mount is not permitted here")
-    try:
+    with tiny_tmpfs(tmp_path / "mnt", 24) as mnt:
         out = mnt / "build"
         first = compile_text(DDP, path=tmp_path / "s.toml", out_dir=out)
         first.write()
@@ -90,8 +83,6 @@ def test_a_failure_part_way_leaves_the_previous_set_and_no_temporaries(tmp_path)
             second.write()
         assert "No space" in os.strerror(info.value.errno) and info.value.filename
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the old set, nothing else
-    finally:
-        subprocess.run(["umount", str(mnt)])
 
 
 def test_a_failed_move_puts_the_previous_set_back(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.conftest import run_env, write_tiny_run
-from tests.reliability.rel_helpers import DOCUMENTED, EXAMPLES, tuner
+from tests.reliability.rel_helpers import DOCUMENTED, EXAMPLES, tiny_tmpfs, tuner
 from tuner.compiler import diagnostics
 from tuner.compiler.diagnostics import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 
@@ -88,14 +88,8 @@ def test_dev_full_error_reads_no_space_left_naming_the_path():
 @pytest.fixture
 def tiny_fs(tmp_path):
     """A 32 KiB tmpfs (root only), filled to the brim by the test that wants it full."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(mnt)]).returncode:
-        pytest.skip("mount is not permitted here")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)])
+    with tiny_tmpfs(tmp_path / "mnt", 32) as mnt:
+        yield mnt
 
 
 def _fill(mnt: Path) -> None:
