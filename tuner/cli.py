@@ -301,37 +301,29 @@ def _main(argv: list[str]) -> int:
     if hasattr(args, "overrides"):
         _collect_setting_flags(args)
     command = args.command or "wizard"
-    try:
-        if command == "compile":
-            from tuner.commands.compile import run
-        elif command == "import":
-            from tuner.commands.import_ import run
-        elif command == "schema":
-            from tuner.commands.schema import run
-        elif command == "wizard":
-            from tuner.commands.wizard import run
-        elif command == "run":
-            from tuner.commands.run import run
-        elif command == "launch":
-            from tuner.commands.launch import run
-        elif command == "checkpoint":
-            from tuner.commands.checkpoint import run
-        elif command == "blocks":
-            from tuner.commands.blocks import run
-        elif command == "estimate":
-            from tuner.commands.estimate import run
-        elif command == "doctor":
-            from tuner.commands.doctor import run
-        elif command == "cache":
-            from tuner.commands.cache import run
-        else:  # pragma: no cover - argparse restricts the choices
-            parser.error(f"unknown command {command}")
-    except ModuleNotFoundError as exc:
-        extra = {"wizard": "tui", "run": "runtime", "launch": "runtime", "checkpoint": "runtime", "blocks": "runtime",
-                 "doctor": "runtime"}.get(command)
-        if extra and exc.name and not exc.name.startswith("tuner"):
-            print(f"tuner {command}: needs the '{extra}' extra ({exc.name} is not installed): "
-                  f"pip install 'tuner[{extra}]'", file=sys.stderr)
-            return EXIT_USAGE
-        raise
+    # A command's missing optional package (textual, torch...) is reported by `main`.
+    if command == "compile":
+        from tuner.commands.compile import run
+    elif command == "import":
+        from tuner.commands.import_ import run
+    elif command == "schema":
+        from tuner.commands.schema import run
+    elif command == "wizard":
+        from tuner.commands.wizard import run
+    elif command == "run":
+        from tuner.commands.run import run
+    elif command == "launch":
+        from tuner.commands.launch import run
+    elif command == "checkpoint":
+        from tuner.commands.checkpoint import run
+    elif command == "blocks":
+        from tuner.commands.blocks import run
+    elif command == "estimate":
+        from tuner.commands.estimate import run
+    elif command == "doctor":
+        from tuner.commands.doctor import run
+    elif command == "cache":
+        from tuner.commands.cache import run
+    else:  # pragma: no cover - argparse restricts the choices
+        parser.error(f"unknown command {command}")
     return int(run(args) or EXIT_OK)

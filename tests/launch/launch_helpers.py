@@ -4,10 +4,11 @@ person would (a subprocess), read what each rank of the plain script reported.""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.runtime.runtime_helpers import to_toml, tuner_env
 
 HERE = Path(__file__).resolve().parent
 PLAIN = HERE / "plain_accelerate.py"
@@ -24,33 +25,18 @@ BUILDS = {
 }
 
 
-def _toml(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml(x) for x in v) + "]"
-    return repr(v)
-
-
 def write_settings(d: Path, *sections: dict) -> Path:
     merged: dict = {}
     for sec in sections:
         for name, values in sec.items():
             merged.setdefault(name, {}).update(values)
     d.mkdir(parents=True, exist_ok=True)
-    text = "".join(f"[{name}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in values.items())
-                   for name, values in merged.items())
-    (d / "settings.toml").write_text(text)
+    (d / "settings.toml").write_text(to_toml(merged))
     return d / "settings.toml"
 
 
 def env(extra: dict | None = None) -> dict:
-    out = {**os.environ, "TUNER_PG_TIMEOUT": "60", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-    out.update(extra or {})
-    return out
+    return tuner_env({"PYTHONUNBUFFERED": "1", **(extra or {})})
 
 
 def compile_build(d: Path, *sections: dict) -> Path:
