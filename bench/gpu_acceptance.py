@@ -224,8 +224,12 @@ class Bench:
             row["tuner_run"] = {"status": "failed", "error": "DeepSpeed's Adam ops did not build (see deepspeed_ops)"}
             return
         trace = d / "trace"
-        run = row["tuner_run"] = self.py(f"{name}-tuner-run", ["-m", "tuner", "run", "build"], d,
-                                         env={**self.env, "TUNER_TRACE_DIR": str(trace)})
+        # The trace (rank0.json: peak GPU memory, logits) comes from the tests' trainer callback;
+        # its ranks import it from the repository root.
+        pythonpath = os.pathsep.join(p for p in (str(HERE.parent), self.env.get("PYTHONPATH", "")) if p)
+        run = row["tuner_run"] = self.py(f"{name}-tuner-run", ["-m", "tuner", "run", "build", "--callback",
+                                                               "tests.runtime.trace_callbacks:trace"], d,
+                                         env={**self.env, "TUNER_TEST_TRACE_DIR": str(trace), "PYTHONPATH": pythonpath})
         if run["status"] == "ok":
             run.update(self.run_figures(d / "out" / "metrics.jsonl", trace / "rank0.json", warmup))
             if run["peak_bytes"] and row["estimate_per_gpu_bytes"]:

@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
 STRATEGIES = {
     "ddp": "",
     "fsdp2": "[fsdp]\nenabled = true\nversion = 2\n",
@@ -47,9 +48,12 @@ def measure(name: str, extra: str, root: Path) -> dict:
     d = root / name
     d.mkdir()
     (d / "settings.toml").write_text(BASE + extra)
-    env = {**os.environ, "TUNER_TRACE_DIR": str(d / "trace"), "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-m", "tuner", "run", str(d / "settings.toml")], cwd=d, env=env,
-                       capture_output=True, text=True)
+    # What each rank holds is recorded by the tests' trainer callback (rank{N}.json), which
+    # the ranks import from the repository root.
+    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "TUNER_TEST_TRACE_DIR": str(d / "trace"), "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath}
+    r = subprocess.run([sys.executable, "-m", "tuner", "run", str(d / "settings.toml"), "--callback",
+                        "tests.runtime.trace_callbacks:trace"], cwd=d, env=env, capture_output=True, text=True)
     if r.returncode:
         sys.exit(f"{name} failed:\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
     return json.loads((d / "trace" / "rank0.json").read_text())["state_bytes"]

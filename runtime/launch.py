@@ -60,7 +60,8 @@ class Entry:
     """Whether the run writes tuner checkpoints (named when it is interrupted)."""
 
 
-def worker_entry(arts: Artefacts, resume: str, max_steps: int | None) -> Entry:
+def worker_entry(arts: Artefacts, resume: str, max_steps: int | None, callbacks: tuple[str, ...] | list[str] = ()) -> Entry:
+    """`callbacks`: ``MODULE:NAME`` specs each rank loads (runtime/callbacks.py)."""
     args = [str(arts.build_dir.resolve())]
     if resume and os.path.exists(resume):
         resume = os.path.abspath(resume)  # given relative to the caller's working directory
@@ -68,6 +69,8 @@ def worker_entry(arts: Artefacts, resume: str, max_steps: int | None) -> Entry:
         args += ["--resume", resume]
     if max_steps is not None:
         args += ["--max-steps", str(max_steps)]
+    for spec in callbacks:
+        args += ["--callback", spec]
     return Entry("tuner run", "tuner.runtime.worker", args)
 
 

@@ -9,42 +9,33 @@ narrow correction in `cpu_shim`). `Trainer.train()` reads like its table of cont
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import time
 import warnings
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
 from . import checkpoint as ckpt
 from . import cpu_shim
 from .artefacts import Artefacts, RunError
+from .callbacks import Callbacks
 from .families import get_family
 from .families.base import FamilyContext
 from .memory import rank_state_bytes
+from .optim import optimizer_and_scheduler
 from .progress import Reporter
 
 #: Process-group timeout: a collective waiting this long for a dead peer fails the rank.
 PG_TIMEOUT_S = float(os.environ.get("TUNER_PG_TIMEOUT", "300"))
 
 
-def lr_schedule(kind: str, optimizer, warmup: int, total: int):
-    """The settings' LR schedule, built by transformers (`get_scheduler`: constant, linear,
-    cosine, polynomial, constant_with_warmup, ...). tuner's "constant" has always warmed up
-    first when warmup_steps is set: that is transformers' "constant_with_warmup"."""
-    from transformers import get_scheduler
-
-    if kind == "constant" and warmup:
-        kind = "constant_with_warmup"
-    return get_scheduler(kind, optimizer, num_warmup_steps=warmup, num_training_steps=max(1, total))
-
-
 class Trainer:
-    def __init__(self, arts: Artefacts, resume: str = "", max_steps: int | None = None) -> None:
+    def __init__(self, arts: Artefacts, resume: str = "", max_steps: int | None = None,
+                 callbacks: Iterable[Any] = ()) -> None:
         self.arts = arts
         self.s = arts.settings
         self.resume_arg = resume or self.s.checkpoint.resume
@@ -53,8 +44,7 @@ class Trainer:
         self.is_ds = self.strategy.startswith("zero")
         self.out = arts.output_dir
         self.ckdir = ckpt.checkpoints_dir(self.out)
-        self.trace: dict[str, Any] = {}
-        self.trace_dir = os.environ.get("TUNER_TRACE_DIR")
+        self.callbacks = Callbacks(callbacks)  # runtime/callbacks.py: your code, on every rank
 
     # -- table of contents ------------------------------------------------------------
     def train(self) -> None:
@@ -63,6 +53,7 @@ class Trainer:
         self.prepare()
         self.summarise()
         self.maybe_resume()
+        self.callbacks.fire("on_train_begin", self)
         self.loop()
         self.finish()
 
@@ -131,11 +122,7 @@ class Trainer:
         return notes
 
     def _optimizer_and_scheduler(self, model):
-        from accelerate.utils import DummyOptim, DummyScheduler
-
         t = self.s.training
-        params = list(self.fam.trainable_parameters(model))
-        ds_cfg = self.arts.deepspeed_config() if self.is_ds else {}
         per_epoch = self._batches_per_rank() // t.gradient_accumulation_steps
         if per_epoch < 1:
             raise RunError(f"the training data gives {self._batches_per_rank()} micro-batches per rank, fewer than "
@@ -144,35 +131,9 @@ class Trainer:
         self.total_steps = t.max_steps if t.max_steps > 0 else per_epoch * t.num_epochs
         if self.max_steps_override is not None:
             self.total_steps = self.max_steps_override
-        # deepspeed.json names an optimizer only when the settings ask for one, or for
-        # ZeRO-Offload (DeepSpeed runs its CPU Adam there): then accelerate's DummyOptim
-        # pattern, and accelerate fills the block's "auto" lr / weight_decay from it.
-        offload = str(((ds_cfg.get("zero_optimization") or {}).get("offload_optimizer") or {})
-                      .get("device", "none")) != "none"
-        if "optimizer" in ds_cfg:
-            opt = DummyOptim(params, lr=t.learning_rate, weight_decay=t.weight_decay)
-        elif offload:  # a raw config with ZeRO-Offload and no optimizer block: DeepSpeed's CPU Adam
-            from deepspeed.ops.adam import DeepSpeedCPUAdam
-
-            opt = DeepSpeedCPUAdam(params, lr=t.learning_rate, weight_decay=t.weight_decay,
-                                   adamw_mode=t.optimizer != "adam")
-        elif t.optimizer == "sgd":
-            opt = torch.optim.SGD(params, lr=t.learning_rate, weight_decay=t.weight_decay)
-        elif t.optimizer == "adam":
-            opt = torch.optim.Adam(params, lr=t.learning_rate, weight_decay=t.weight_decay)
-        else:
-            opt = torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=t.weight_decay)
-        if "scheduler" in ds_cfg:
-            # The JSON's scheduler wins (compile said so). accelerate divides total_num_steps
-            # by the number of processes (it expects a count over the unsharded data).
-            sched = DummyScheduler(opt, total_num_steps=self.total_steps * self.world, warmup_num_steps=t.warmup_steps)
-        elif isinstance(opt, DummyOptim):
-            # DeepSpeed builds the optimizer; it calls this with it to build the schedule.
-            sched = DummyScheduler(opt, lr_scheduler_callable=lambda o: lr_schedule(
-                t.lr_scheduler, o, t.warmup_steps, self.total_steps))
-        else:
-            sched = lr_schedule(t.lr_scheduler, opt, t.warmup_steps, self.total_steps)
-        return opt, sched
+        ds_cfg = self.arts.deepspeed_config() if self.is_ds else {}
+        return optimizer_and_scheduler(list(self.fam.trainable_parameters(model)), t, ds_cfg, self.total_steps,
+                                       self.world)
 
     def _batches_per_rank(self) -> int:
         return len(self.train_ds) // (self.s.training.micro_batch_size * self.world)
@@ -202,11 +163,7 @@ class Trainer:
         held = rank_state_bytes(self.model, self.optimizer)
         counts = torch.tensor([local, held["params"]], dtype=torch.float64, device=self.acc.device)
         gathered = self.acc.gather(counts.unsqueeze(0)).cpu().tolist()
-        from torch.distributed.tensor import DTensor
-
-        self.trace.update(total_params=total, local_params=local,
-                          dtensor_params=sum(isinstance(p, DTensor) for p in unwrapped.parameters()),
-                          n_params=sum(1 for _ in unwrapped.parameters()))
+        self.param_counts = {"total": total, "trainable": trainable, "local": local}
         self.say(f"tuner run: {self.strategy} on {self.world} rank(s) ({self.acc.distributed_type.name}, "
                  f"{self.acc.device.type}); model {self.fam.describe()}")
         self.say(f"parameters: {total:,} total, {trainable:,} trainable")
@@ -244,7 +201,6 @@ class Trainer:
         rep = self.reporter = Reporter(self.out, self.total_steps, self.step, self.fam.unit, main=self.main,
                                        tensorboard=t.tensorboard)
         self.losses: list[float] = []
-        trace_rows = self.trace.setdefault("rows", []) if self.trace_dir else None
         self.model.train()
         accum = t.gradient_accumulation_steps
         step_loss, step_units, t_step = 0.0, 0, time.perf_counter()
@@ -255,8 +211,7 @@ class Trainer:
                 loader = self.acc.skip_first_batches(self.train_loader, self.batches_in_epoch)
                 loader.set_epoch(self.epoch)
             for batch in loader:
-                if trace_rows is not None and self.epoch == 0:
-                    trace_rows.extend(_row_keys(batch))
+                self.callbacks.fire("on_batch_start", self, batch)
                 with self.acc.accumulate(self.model):
                     loss = self.fam.loss(self.model, batch)
                     self.acc.backward(loss)
@@ -282,6 +237,7 @@ class Trainer:
                                "throughput": step_units * self.world / max(dt, 1e-9), "tokens_seen": self.tokens_seen}
                     self.losses.append(mean)
                 rep.step(self.step, metrics)
+                self.callbacks.fire("on_step_end", self, metrics)
                 step_loss, step_units = 0.0, 0
                 if t.validation_every and self.step % t.validation_every == 0:
                     self.validate()
@@ -318,8 +274,7 @@ class Trainer:
             self.ckdir.mkdir(parents=True, exist_ok=True)
         self.acc.wait_for_everyone()
         self.acc.save_state(str(tmp))
-        if os.environ.get("TUNER_TEST_SAVE_DELAY_S"):  # test hook: widen the window of a save in progress
-            time.sleep(float(os.environ["TUNER_TEST_SAVE_DELAY_S"]))
+        self.callbacks.fire("on_save", self, tmp)
         self.fam.save_state(tmp, self.acc)
         self.acc.wait_for_everyone()  # every rank has written its part
         final = self.ckdir / ckpt.step_dir_name(self.step)
@@ -337,26 +292,12 @@ class Trainer:
     # -- the end ------------------------------------------------------------------------
     def finish(self) -> None:
         t = self.s.training
-        if self.trace_dir:
-            # Before any forward below: FSDP2 leaves the root module's parameters unsharded
-            # after a forward pass, which would overstate what a rank holds while training.
-            self.trace["state_bytes"] = rank_state_bytes(self.model, self.optimizer)
-            # The training peak of this rank's GPU memory (bench/gpu_acceptance.py), before export.
-            cuda = torch.cuda.is_available()
-            self.trace["cuda_max_memory_allocated"] = torch.cuda.max_memory_allocated() if cuda else None
+        self.callbacks.fire("on_train_end", self)  # before any forward pass below
         if self.val_loader is not None and (not t.validation_every or self.step % t.validation_every):
             self.validate()
-        if self.trace_dir:
-            self._trace_logits()
         self.fam.on_train_end(self.model, self.acc)
         if self.s.checkpoint.export:
             self.export(self.out / "final")
-        if self.trace_dir:
-            self.trace.update(rank=self.rank, process_index=self.acc.process_index, num_processes=self.world,
-                              is_main=self.main, distributed_type=self.acc.distributed_type.name,
-                              losses=self.losses)
-            Path(self.trace_dir).mkdir(parents=True, exist_ok=True)
-            Path(self.trace_dir, f"rank{self.rank}.json").write_text(json.dumps(self.trace), encoding="utf-8")
         self.reporter.close()
         self.acc.wait_for_everyone()
         self.acc.end_training()
@@ -376,16 +317,6 @@ class Trainer:
             print(f"exported full model: {out_dir}", flush=True)
         self.acc.wait_for_everyone()
 
-    def _trace_logits(self) -> None:
-        """Test hook (TUNER_TRACE_DIR): logits of the trained, still-sharded model on one fixed batch."""
-        batch = self.fam.collate([self.train_ds[i] for i in range(2)])
-        batch = {k: v.to(self.acc.device) for k, v in batch.items()}
-        self.model.eval()
-        with torch.no_grad():
-            out = self.model(input_ids=batch["input_ids"])
-        self.model.train()
-        self.trace["logits"] = out.logits.float().cpu()[:, :4, :8].tolist()
-
 
 @contextlib.contextmanager
 def plain_model_init():
@@ -403,9 +334,3 @@ def plain_model_init():
         yield
     finally:
         hf_ds._hf_deepspeed_config_weak_ref = saved
-
-
-def _row_keys(batch: dict[str, torch.Tensor]) -> list[int]:
-    """A hash per sample of a batch (for the data-sharding test)."""
-    first = next(iter(batch.values()))
-    return [hash(tuple(row.flatten()[:64].tolist())) for row in first]

@@ -1,8 +1,11 @@
-"""Entry point of one rank: ``python -m tuner.runtime.worker BUILD_DIR [--resume X] [--max-steps N]``.
+"""Entry point of one rank: ``python -m tuner.runtime.worker BUILD_DIR [--resume X] [--max-steps N]
+[--callback MODULE:NAME]...``.
 
 Started by `tuner.runtime.launch` (torch's elastic launcher on CPU, `accelerate launch`
 on GPUs), never by hand. A user error prints one line (on rank 0) and exits 2; anything
 else is a crash with a traceback, which the launcher reports with the rank's number.
+A module of your own can call `main(argv, callbacks=[...])` to run the trainer with
+callback objects (runtime/callbacks.py); ``--callback`` names them for `tuner run`.
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ def _shutdown() -> None:
     os._exit(0)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, callbacks: list | None = None) -> int:
     p = argparse.ArgumentParser(prog="tuner.runtime.worker")
     p.add_argument("build_dir")
     p.add_argument("--resume", default="")
     p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--callback", action="append", default=[], metavar="MODULE:NAME")
     args = p.parse_args(argv)
     from . import rank_guard
 
@@ -46,9 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     rank = os.environ.get("RANK", "0")
     try:
         arts = load(args.build_dir)
+        from . import callbacks as cbs
         from .trainer import Trainer
 
-        Trainer(arts, resume=args.resume, max_steps=args.max_steps).train()
+        given = [*(callbacks or []), *(cb for spec in args.callback for cb in cbs.load(spec))]
+        Trainer(arts, resume=args.resume, max_steps=args.max_steps, callbacks=given).train()
         _shutdown()
     except (RunError, FamilyError) as exc:
         if rank == "0":

@@ -14,7 +14,7 @@ class Run:
     proc: subprocess.CompletedProcess
     elapsed: float
     traces: dict[int, dict] = field(default_factory=dict)
-    """Per-rank trace files (TUNER_TRACE_DIR), when the test asked for them."""
+    """Per-rank trace files (tests/runtime/trace_callbacks.py), when the test asked for them."""
 
     @property
     def out(self) -> Path:

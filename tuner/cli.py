@@ -136,12 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("settings", type=Path, nargs="?", default=None)
 
     p = sub.add_parser("run", help="train from a build directory or settings file on real ranks",
-                       usage="tuner run TARGET [--resume latest|PATH] [--max-steps N] [--machine-rank N] "
-                             "[--main-address HOST] [--main-port PORT] [--set KEY=VALUE]... [--KEY [VALUE]]...")
+                       usage="tuner run TARGET [--resume latest|PATH] [--max-steps N] [--callback MODULE:NAME]... "
+                             "[--machine-rank N] [--main-address HOST] [--main-port PORT] [--set KEY=VALUE]... [--KEY [VALUE]]...")
     p.add_argument("target", type=Path, help="a build directory (with manifest.json) or a settings file")
     p.add_argument("--resume", default=None, help="'latest' or a checkpoint directory")
     p.add_argument("--max-steps", type=_positive_int, default=None, help="stop after this many optimizer steps (1 or more)")
     p.add_argument("--max_steps", dest="max_steps", type=_positive_int, help=argparse.SUPPRESS)  # the seeds' spelling
+    p.add_argument("--callback", action="append", default=[], metavar="MODULE:NAME",
+                   help="run your trainer callback on every rank (repeatable; docs/runtime.md, Callbacks)")
     _add_machine_flags(p)
     _add_overrides(p)
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from tests.run_result import Run
+from tests.runtime.trace_callbacks import TRACE
 
 
 ROWS = 64  # about: 36 documents pack into ~64 rows
@@ -65,9 +66,15 @@ def write_data(d: Path) -> None:
     (d / "val.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs[-12:]))
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
 def tuner_env(extra: dict | None = None) -> dict:
+    # The repository root on the ranks' path: they import the tests' callbacks
+    # (trace_callbacks.py) by module name.
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "TUNER_PG_TIMEOUT": "60", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": path}
     env.update(extra or {})
     return env
 
@@ -90,11 +97,13 @@ def tuner_run(d: Path, settings: dict, *args: str, timeout: float = 400, trace: 
         assert c.returncode == 0, c.stderr
         edit_build(d / "build")
         target = d / "build"
-    extra = {"TUNER_TRACE_DIR": str(d / "trace")} if trace else {}
+    # The trace: each rank's rank{N}.json, written by a trainer callback (trace_callbacks.py).
+    extra = {"TUNER_TEST_TRACE_DIR": str(d / "trace")} if trace else {}
     extra.update(env or {})
+    hooks = ["--callback", TRACE] if trace else []
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "tuner", "run", str(target), *args], cwd=d, capture_output=True,
-                          text=True, timeout=timeout, env=tuner_env(extra))
+    proc = subprocess.run([sys.executable, "-m", "tuner", "run", str(target), *args, *hooks], cwd=d,
+                          capture_output=True, text=True, timeout=timeout, env=tuner_env(extra))
     run = Run(d, proc, time.monotonic() - t0)
     for r in (0, 1):
         p = d / "trace" / f"rank{r}.json"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from runtime_helpers import assert_ok, merged, to_toml, tuner_env, tuner_run, write_data
+from tests.runtime.trace_callbacks import SLOW_SAVE
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +80,7 @@ def test_kill_during_save_keeps_previous_checkpoint(runtime_tmp):
     d = runtime_tmp / "kill-save"
     settings = merged(training={"max_steps": 10, "validation_every": 0}, checkpoint={"every_steps": 3},
                       fsdp={"enabled": True, "version": 2})
-    proc = _start(d, settings, env={"TUNER_TEST_SAVE_DELAY_S": "5"})
+    proc = _start(d, settings, "--callback", SLOW_SAVE, env={"TUNER_TEST_SAVE_DELAY_S": "5"})
     ck = d / "out" / "checkpoints"
     # step-3 completes (5 s pause, then published); kill while step-6 is being written.
     _wait_for(lambda: (ck / ".tmp-step-6").is_dir(), 180, proc)

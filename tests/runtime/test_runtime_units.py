@@ -92,7 +92,7 @@ def test_clear_offload_cache_removes_only_deepspeed_swap_dirs(tmp_path):
 def test_lr_schedule_is_transformers_get_scheduler():
     import torch
 
-    from tuner.runtime.trainer import lr_schedule
+    from tuner.runtime.optim import lr_schedule
 
     def lrs(kind, warmup, total, steps):
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)

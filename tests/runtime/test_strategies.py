@@ -46,15 +46,15 @@ def trained(request, runtime_tmp):
 def _train_rows(run_dir):
     from pathlib import Path
 
+    from tests.runtime.trace_callbacks import row_keys
     from tuner.compiler.settings import Settings
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.causal_lm import CausalLMFamily
-    from tuner.runtime.trainer import _row_keys
 
     s = Settings()
     s.data.path, s.data.validation_path, s.data.seq_len = "train.jsonl", "val.jsonl", 32
     train, _ = CausalLMFamily(FamilyContext(s, Path(run_dir))).build_datasets()
-    return _row_keys({"input_ids": train.rows})
+    return row_keys({"input_ids": train.rows})
 
 
 def test_loss_decreases(trained):

@@ -6,9 +6,9 @@ what each rank holds (`tuner.runtime.memory.rank_state_bytes`) at the end of tra
 
 The ranks are the runtime's own: its artefact loader, the environment `accelerate launch`
 would set for the compiled YAML (`tuner.runtime.launch.accelerate_env`), and its `Trainer`,
-unchanged. Its trace (TUNER_TRACE_DIR) writes ``rank{N}.json`` with `state_bytes`, measured
-after the last optimizer step and before the end-of-run forward passes (FSDP2 leaves the
-root module's parameters unsharded after a forward).
+unchanged, given the tests' trace callback (tests/runtime/trace_callbacks.py), which writes
+``rank{N}.json`` with `state_bytes`, measured after the last optimizer step and before the
+end-of-run forward passes (FSDP2 leaves the root module's parameters unsharded after a forward).
 
 `launch` starts the ranks itself with the variables torchrun would set (RANK, LOCAL_RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT), several builds one after another from one process,
@@ -21,6 +21,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 
 def _port() -> int:
@@ -60,13 +61,14 @@ def launch(pairs: list[tuple[str, str]]) -> int:
 
 
 def worker(build: str, out: str) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: tests.runtime
+    from tests.runtime.trace_callbacks import Trace
     from tuner.runtime.artefacts import load
     from tuner.runtime.trainer import Trainer
 
-    # The trainer's own trace records `rank_state_bytes` after the last optimizer step,
-    # before its end-of-run forward passes, in OUT/rank{N}.json.
-    os.environ["TUNER_TRACE_DIR"] = out
-    Trainer(load(build)).train()
+    # The trace callback records `rank_state_bytes` after the last optimizer step, before
+    # the trainer's end-of-run forward passes, in OUT/rank{N}.json.
+    Trainer(load(build), callbacks=[Trace(out)]).train()
     return 0
 
 

@@ -68,7 +68,8 @@ def run(args) -> int:
         with acquire_run_lock(arts.output_dir, topo.machine_rank if topo.num_machines > 1 else None):
             _check_resume(arts, args.resume)
             _clear_stale_offload(arts)
-            return launch(arts, worker_entry(arts, args.resume or "", args.max_steps), topo)
+            entry = worker_entry(arts, args.resume or "", args.max_steps, getattr(args, "callback", None) or [])
+            return launch(arts, entry, topo)
     except RunError as exc:
         print(f"tuner run: {exc.message}", file=sys.stderr)
         return exc.exit_code

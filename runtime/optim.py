@@ -1,0 +1,58 @@
+"""The optimizer and LR schedule of a run, from the settings and the compiled deepspeed.json.
+
+DeepSpeed builds the optimizer itself when deepspeed.json names one (accelerate's
+`DummyOptim` pattern) or for ZeRO-Offload (its CPU Adam); otherwise it is torch's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def lr_schedule(kind: str, optimizer, warmup: int, total: int):
+    """The settings' LR schedule, built by transformers (`get_scheduler`: constant, linear,
+    cosine, polynomial, constant_with_warmup, ...). tuner's "constant" has always warmed up
+    first when warmup_steps is set: that is transformers' "constant_with_warmup"."""
+    from transformers import get_scheduler
+
+    if kind == "constant" and warmup:
+        kind = "constant_with_warmup"
+    return get_scheduler(kind, optimizer, num_warmup_steps=warmup, num_training_steps=max(1, total))
+
+
+def optimizer_and_scheduler(params: list, training: Any, ds_cfg: dict, total_steps: int, world: int):
+    """(optimizer, scheduler) for `params` under the settings' ``[training]`` table."""
+    from accelerate.utils import DummyOptim, DummyScheduler
+
+    t = training
+    # deepspeed.json names an optimizer only when the settings ask for one, or for
+    # ZeRO-Offload (DeepSpeed runs its CPU Adam there): then accelerate's DummyOptim
+    # pattern, and accelerate fills the block's "auto" lr / weight_decay from it.
+    offload = str(((ds_cfg.get("zero_optimization") or {}).get("offload_optimizer") or {})
+                  .get("device", "none")) != "none"
+    if "optimizer" in ds_cfg:
+        opt = DummyOptim(params, lr=t.learning_rate, weight_decay=t.weight_decay)
+    elif offload:  # a raw config with ZeRO-Offload and no optimizer block: DeepSpeed's CPU Adam
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+        opt = DeepSpeedCPUAdam(params, lr=t.learning_rate, weight_decay=t.weight_decay,
+                               adamw_mode=t.optimizer != "adam")
+    elif t.optimizer == "sgd":
+        opt = torch.optim.SGD(params, lr=t.learning_rate, weight_decay=t.weight_decay)
+    elif t.optimizer == "adam":
+        opt = torch.optim.Adam(params, lr=t.learning_rate, weight_decay=t.weight_decay)
+    else:
+        opt = torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=t.weight_decay)
+    if "scheduler" in ds_cfg:
+        # The JSON's scheduler wins (compile said so). accelerate divides total_num_steps
+        # by the number of processes (it expects a count over the unsharded data).
+        sched = DummyScheduler(opt, total_num_steps=total_steps * world, warmup_num_steps=t.warmup_steps)
+    elif isinstance(opt, DummyOptim):
+        # DeepSpeed builds the optimizer; it calls this with it to build the schedule.
+        sched = DummyScheduler(opt, lr_scheduler_callable=lambda o: lr_schedule(
+            t.lr_scheduler, o, t.warmup_steps, total_steps))
+    else:
+        sched = lr_schedule(t.lr_scheduler, opt, t.warmup_steps, total_steps)
+    return opt, sched
