@@ -94,6 +94,11 @@ def use_gpu_launcher(arts: Artefacts) -> bool:
 
 def launch(arts: Artefacts, entry: Entry, topo: Topology | None = None) -> int:
     """Run every rank of this machine to the end; returns the command's exit status."""
+    from .extras import check_installed
+
+    # A package the build needs and this installation lacks (DeepSpeed, diffusers, peft come
+    # with their own extras): one message naming the extra, before any rank starts.
+    check_installed(arts, trains=entry.module == "tuner.runtime.worker")
     topo = topo or Topology.resolve(arts)
     # tuner's own trainer runs in the project directory (where the settings file is): the
     # settings' relative paths (output, NVMe swap) resolve against it, from any working

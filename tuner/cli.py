@@ -209,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tuner {command}: error: {describe_os_error(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except ModuleNotFoundError as exc:
-        extra = _EXTRA_FOR.get((exc.name or "").split(".")[0])
+        from tuner.runtime.extras import install_hint  # plain Python: which extra installs what
+
+        extra = install_hint((exc.name or "").split(".")[0])
         if extra is None:  # a module of tuner's own, or an undeclared dependency: a bug
             return _internal_error(command, exc)
         print(f"tuner {command}: needs {exc.name}, which is not installed: {extra}", file=sys.stderr)
@@ -230,17 +232,6 @@ def _internal_error(command: str, exc: BaseException) -> int:
     print(f"tuner {command}: internal error (a bug in tuner, please report it): "
           f"{type(exc).__name__}: {_one_line(str(exc))}; traceback saved to {path}", file=sys.stderr)
     return EXIT_INTERNAL
-
-
-#: A missing optional package -> how to install it (`tuner compile` needs none of them).
-_RUNTIME = "pip install 'tuner[runtime]' (install torch first, see the README)"
-_EXTRA_FOR = {
-    "textual": "pip install 'tuner[tui]'",
-    "torch": "install torch first (pip install torch==2.13.0 for a CPU wheel, or the build for your GPUs), "
-             "then pip install 'tuner[runtime]'",
-    **{name: _RUNTIME for name in ("accelerate", "deepspeed", "transformers", "diffusers", "peft",
-                                   "safetensors", "tqdm")},
-}
 
 
 def _one_line(text: str, limit: int = 200) -> str:

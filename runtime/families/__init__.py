@@ -39,8 +39,10 @@ def get_family(name: str) -> type[Family]:
         if exc.name == f"{__name__}.{module_name}":
             raise FamilyError(f"model family {name!r} is not available in this installation "
                               f"(module tuner.runtime.families.{module_name} is missing)") from None
-        raise FamilyError(f"model family {name!r} needs {exc.name!r}, which is not installed: "
-                          f"pip install 'tuner[runtime]'") from exc
+        from ..extras import install_hint
+
+        hint = install_hint((exc.name or "").split(".")[0]) or "pip install 'tuner[all]'"
+        raise FamilyError(f"model family {name!r} needs {exc.name!r}, which is not installed: {hint}") from exc
     cls = getattr(module, class_name, None)
     if cls is None or not (isinstance(cls, type) and issubclass(cls, Family)):
         raise FamilyError(f"tuner.runtime.families.{module_name} does not define the Family subclass {class_name}")
