@@ -54,7 +54,11 @@ def main(argv: list[str] | None = None) -> int:
 
             timeout = timedelta(seconds=float(os.environ.get("TUNER_PG_TIMEOUT", "300")))
             deepspeed.init_distributed(dist_backend="gloo", timeout=timeout, auto_mpi_discovery=False)
-        cpu_shim.install(strategy)
+        try:
+            cpu_shim.install(strategy, arts.plan.distributed_type)
+        except RunError as exc:  # an untested accelerate (the launcher checked it too)
+            print(f"tuner launch: {exc.message}", file=sys.stderr)
+            return exc.exit_code
 
     code: int | str | None = 0
     try:

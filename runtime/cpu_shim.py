@@ -18,6 +18,12 @@ the artefacts compiled to, the plugin the environment described, and rank/world 
 tests check the result: real DTensor sharding, DeepSpeed partitions, disjoint data shards
 and rank-0-only writes.
 
+Because it writes accelerate's private state, the layer is tied to the accelerate versions it
+was tested with (`TESTED_ACCELERATE`, the range pyproject.toml declares): another version is
+refused before training (`check_accelerate_version`; ``TUNER_ALLOW_UNTESTED=1`` to try it
+anyway), and after every correction `verify` reads accelerate's state back and fails, naming
+both types and the version, if the distributed type is not the plan's.
+
 tuner's trainer calls `correct_state` itself. For a person's own script (`tuner launch`),
 `install` wraps ``Accelerator.__init__`` in that process (before the script runs, from
 `runtime/bootstrap.py`) so that every `Accelerator` built there, the HF Trainer's
@@ -30,15 +36,53 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .artefacts import RunError
+
+#: The accelerate versions this layer is tested with: the `accelerate` requirement of
+#: pyproject.toml's `runtime` extra (tests/runtime/test_cpu_shim.py keeps them equal).
+TESTED_ACCELERATE = ">=1.15,<1.16"
+ALLOW_UNTESTED_ENV = "TUNER_ALLOW_UNTESTED"
+
 
 def needed(accelerator: Any) -> bool:
     return accelerator.device.type == "cpu"
 
 
-def install(strategy: str) -> None:
+def accelerate_version() -> str:
+    from importlib.metadata import version
+
+    return version("accelerate")
+
+
+def check_accelerate_version(installed: str, allow_untested: bool | None = None) -> None:
+    """Refuse an accelerate outside `TESTED_ACCELERATE` (`RunError`), unless allowed by
+    `allow_untested` (default: ``TUNER_ALLOW_UNTESTED=1`` in the environment)."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    if allow_untested is None:
+        allow_untested = os.environ.get(ALLOW_UNTESTED_ENV, "") not in ("", "0")
+    try:
+        ok = Version(installed) in SpecifierSet(TESTED_ACCELERATE)
+    except InvalidVersion:
+        ok = False
+    if not ok and not allow_untested:
+        raise RunError(f"tuner's CPU layer is tested with accelerate {TESTED_ACCELERATE}; you have {installed}: "
+                       f"install a tested version (pip install 'accelerate{TESTED_ACCELERATE}') or set "
+                       f"{ALLOW_UNTESTED_ENV}=1 to try this one")
+
+
+def cpu_type(plan_type: str) -> str:
+    """The accelerate distributed type a plan's type is on CPU gloo ranks (a build made for
+    GPUs that runs on CPU: data parallel is MULTI_CPU there)."""
+    return "MULTI_CPU" if plan_type == "MULTI_GPU" else plan_type
+
+
+def install(strategy: str, plan_type: str | None = None) -> None:
     """Correct every `Accelerator` built in this process from now on (idempotent)."""
     from accelerate import Accelerator
 
+    check_accelerate_version(accelerate_version())
     if getattr(Accelerator.__init__, "_tuner_shim", False):
         return
     original = Accelerator.__init__
@@ -46,7 +90,7 @@ def install(strategy: str) -> None:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         given = {k: kwargs.get(k) for k in ("fsdp_plugin", "deepspeed_plugin", "deepspeed_plugins")}
-        correct_state(self, strategy, given)
+        correct_state(self, strategy, given, plan_type)
         if strategy.startswith("zero") and needed(self):
             self.native_amp = False  # DeepSpeed's JSON decides precision, as on GPUs
 
@@ -55,16 +99,52 @@ def install(strategy: str) -> None:
     Accelerator.__init__ = __init__
 
 
-def correct_state(accelerator: Any, strategy: str, given: dict[str, Any] | None = None) -> list[str]:
-    """Fix accelerate's state for `strategy` (the plan's) on CPU ranks; returns what changed."""
+def correct_state(accelerator: Any, strategy: str, given: dict[str, Any] | None = None,
+                  plan_type: str | None = None) -> list[str]:
+    """Fix accelerate's state for `strategy` (the plan's) on CPU ranks, then `verify` it took
+    effect (against `plan_type`, the manifest's ``plan.distributed_type``); returns what changed."""
+    import torch.distributed as dist
+
+    if not needed(accelerator) or not dist.is_initialized():
+        return []
+    check_accelerate_version(accelerate_version())
+    changes = _apply(strategy, given or {})
+    verify(accelerator, plan_type or _type_of(strategy, dist.get_world_size()))
+    return changes
+
+
+def _type_of(strategy: str, world: int) -> str:
+    if strategy.startswith("fsdp"):
+        return "FSDP"
+    if strategy.startswith("zero"):
+        return "DEEPSPEED"
+    return "MULTI_CPU" if world > 1 else "NO"
+
+
+def verify(accelerator: Any, plan_type: str) -> None:
+    """accelerate's distributed type, read back through its public objects, must be the plan's
+    (on CPU); if the writes did not take (accelerate keeps its state elsewhere now), say so
+    rather than train with another strategy than the one compiled."""
+    from accelerate.state import AcceleratorState, PartialState
+
+    want = cpu_type(plan_type)
+    seen = {"Accelerator": accelerator.distributed_type, "AcceleratorState": AcceleratorState().distributed_type,
+            "PartialState": PartialState().distributed_type}
+    wrong = {k: getattr(v, "name", str(v)) for k, v in seen.items() if getattr(v, "name", str(v)) != want}
+    if wrong:
+        got = ", ".join(f"{k} {v}" for k, v in wrong.items())
+        raise RunError(f"tuner's CPU layer did not take effect: the plan's distributed type is {want} but accelerate "
+                       f"reports {got} (accelerate {accelerate_version()}; the layer is tested with accelerate "
+                       f"{TESTED_ACCELERATE})")
+
+
+def _apply(strategy: str, given: dict[str, Any]) -> list[str]:
+    """Write what accelerate would have set on GPUs into both shared states."""
     import torch.distributed as dist
     from accelerate.state import AcceleratorState, PartialState
     from accelerate.utils import DeepSpeedPlugin, DistributedType, FullyShardedDataParallelPlugin
 
-    given = given or {}
     changes: list[str] = []
-    if not needed(accelerator) or not dist.is_initialized():
-        return changes
     shared = [PartialState._shared_state, AcceleratorState._shared_state]
 
     def put(key: str, value: Any) -> None:

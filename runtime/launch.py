@@ -60,7 +60,8 @@ class Entry:
     """Whether the run writes tuner checkpoints (named when it is interrupted)."""
 
 
-def worker_entry(arts: Artefacts, resume: str, max_steps: int | None, callbacks: tuple[str, ...] | list[str] = ()) -> Entry:
+def worker_entry(arts: Artefacts, resume: str, max_steps: int | None,
+                 callbacks: tuple[str, ...] | list[str] = ()) -> Entry:
     """`callbacks`: ``MODULE:NAME`` specs each rank loads (runtime/callbacks.py)."""
     args = [str(arts.build_dir.resolve())]
     if resume and os.path.exists(resume):
@@ -141,6 +142,11 @@ def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
+    from .cpu_shim import accelerate_version, check_accelerate_version
+
+    # The ranks' CPU layer writes accelerate's private state: refuse an untested accelerate
+    # here, once, before any rank starts (each rank checks again).
+    check_accelerate_version(accelerate_version())
     nproc = max(1, int(arts.plan.processes_per_machine))
     if topo.num_machines == 1:  # one machine: any free port will do (another run may hold the compiled one)
         topo.main_port = free_port(topo.main_port)

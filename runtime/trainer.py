@@ -79,7 +79,7 @@ class Trainer:
             kwargs_handlers=[InitProcessGroupKwargs(timeout=timeout)],
         )
         self.acc = Accelerator(**acc_kwargs)
-        self.shim_changes = cpu_shim.correct_state(self.acc, self.strategy)
+        self.shim_changes = cpu_shim.correct_state(self.acc, self.strategy, plan_type=self.arts.plan.distributed_type)
         if self.is_ds and cpu_shim.needed(self.acc):
             self.acc.native_amp = False  # DeepSpeed's JSON decides precision, as on GPUs
         set_seed(self.s.training.seed)
