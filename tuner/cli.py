@@ -182,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = csub.add_parser("clear", help="clear the block-detection cache and/or DeepSpeed offload swap directories")
     c.add_argument("which", nargs="?", choices=("detection", "offload", "all"), default="all")
     c.add_argument("settings", type=Path, nargs="?", default=None, help="settings whose offload path to clean")
+
+    p = sub.add_parser("completion", help="print a shell completion script: eval \"$(tuner completion bash)\"")
+    p.add_argument("shell", choices=("bash", "zsh"))
     return parser
 
 
@@ -317,6 +320,8 @@ def _main(argv: list[str]) -> int:
         from tuner.commands.doctor import run
     elif command == "cache":
         from tuner.commands.cache import run
+    elif command == "completion":
+        from tuner.commands.completion import run
     else:  # pragma: no cover - argparse restricts the choices
         parser.error(f"unknown command {command}")
     return int(run(args) or EXIT_OK)
