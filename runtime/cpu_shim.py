@@ -54,9 +54,10 @@ def accelerate_version() -> str:
     return version("accelerate")
 
 
-def check_accelerate_version(installed: str, allow_untested: bool | None = None) -> None:
+def check_accelerate_version(installed: str, allow_untested: bool | None = None) -> bool:
     """Refuse an accelerate outside `TESTED_ACCELERATE` (`RunError`), unless allowed by
-    `allow_untested` (default: ``TUNER_ALLOW_UNTESTED=1`` in the environment)."""
+    `allow_untested` (default: ``TUNER_ALLOW_UNTESTED=1`` in the environment). Returns
+    whether `installed` is a tested version."""
     from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
 
@@ -70,6 +71,7 @@ def check_accelerate_version(installed: str, allow_untested: bool | None = None)
         raise RunError(f"tuner's CPU layer is tested with accelerate {TESTED_ACCELERATE}; you have {installed}: "
                        f"install a tested version (pip install 'accelerate{TESTED_ACCELERATE}') or set "
                        f"{ALLOW_UNTESTED_ENV}=1 to try this one")
+    return ok
 
 
 def cpu_type(plan_type: str) -> str:

@@ -146,7 +146,9 @@ def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
 
     # The ranks' CPU layer writes accelerate's private state: refuse an untested accelerate
     # here, once, before any rank starts (each rank checks again).
-    check_accelerate_version(accelerate_version())
+    if not check_accelerate_version(accelerate_version()):
+        print(f"{entry.command}: warning: accelerate {accelerate_version()} is not a tested version "
+              f"(TUNER_ALLOW_UNTESTED is set)", file=sys.stderr)
     nproc = max(1, int(arts.plan.processes_per_machine))
     if topo.num_machines == 1:  # one machine: any free port will do (another run may hold the compiled one)
         topo.main_port = free_port(topo.main_port)

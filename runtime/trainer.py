@@ -4,6 +4,7 @@ Family-agnostic: everything model-specific goes through `families.Family`. Strat
 agnostic too: DDP, FSDP2, FSDP v1 and DeepSpeed ZeRO are accelerate's own code paths,
 chosen by the environment the launcher set from the compiled artefacts (on CPU, after the
 narrow correction in `cpu_shim`). `Trainer.train()` reads like its table of contents.
+Code of your own (and tuner's tests) joins in through callbacks (`callbacks.TrainerCallback`).
 """
 
 from __future__ import annotations

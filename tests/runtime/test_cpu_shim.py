@@ -16,7 +16,7 @@ from tuner.runtime.artefacts import RunError
 
 @pytest.mark.parametrize("version", ["1.15.0", "1.15.3"])
 def test_a_tested_accelerate_passes(version):
-    cpu_shim.check_accelerate_version(version, allow_untested=False)
+    assert cpu_shim.check_accelerate_version(version, allow_untested=False) is True
 
 
 @pytest.mark.parametrize("version", ["1.14.2", "1.16.0", "2.0.0", "1.15.0.dev0", "not-a-version"])
@@ -32,7 +32,7 @@ def test_an_untested_accelerate_is_refused_with_the_fix(version, monkeypatch):
 
 def test_tuner_allow_untested_lets_it_through(monkeypatch):
     monkeypatch.setenv("TUNER_ALLOW_UNTESTED", "1")
-    cpu_shim.check_accelerate_version("1.16.0")
+    assert cpu_shim.check_accelerate_version("1.16.0") is False  # allowed, and known to be untested
     monkeypatch.setenv("TUNER_ALLOW_UNTESTED", "0")
     with pytest.raises(RunError):
         cpu_shim.check_accelerate_version("1.16.0")
