@@ -47,12 +47,14 @@ def deepspeed_requested(s: Settings) -> bool:
     return bool(s.deepspeed.enabled or s.deepspeed.config)
 
 
-def check(n: Normalised, diags: Diagnostics) -> tuple[Settings, Plan]:
+def check(n: Normalised, diags: Diagnostics, detected: str | None = None) -> tuple[Settings, Plan]:
+    """`detected`: what ``hardware.platform = "auto"`` means (the compile's inputs say);
+    None: detect it on this machine now."""
     s = Settings.from_dict(n.settings)
     explicit = n.explicit
 
     if s.hardware.platform == "auto":
-        s.hardware.platform = detect_platform()
+        s.hardware.platform = detected or detect_platform()
         diags.note("hardware.platform", f"target platform detected on this machine: {s.hardware.platform}",
                    "state hardware.platform when compiling for another machine (e.g. in CI)")
     platform = s.hardware.platform
