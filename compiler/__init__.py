@@ -84,9 +84,11 @@ def default_out_dir(settings_file: Path) -> Path:
 
 
 def compile_source(src: Source, overrides: list[str] | tuple[str, ...] = (), out_dir: Path | None = None,
-                   display_name: str | None = None, facts: HardwareFacts | None = None) -> CompileResult:
-    """Gather the inputs of parsed settings and compile them."""
-    return compile_inputs(gather(src, overrides, out_dir, facts, display_name))
+                   display_name: str | None = None, facts: HardwareFacts | None = None,
+                   host_facts: bool = True) -> CompileResult:
+    """Gather the inputs of parsed settings and compile them (`inputs.gather` says what
+    `facts` and `host_facts` mean)."""
+    return compile_inputs(gather(src, overrides, out_dir, facts, display_name, host_facts))
 
 
 def compile_inputs(inputs: CompileInputs) -> CompileResult:
@@ -191,9 +193,11 @@ def _base_keys_ok(loaded: dict[Any, Any], path: Path, diags: Diagnostics) -> boo
 
 
 def compile_text(text: str, overrides: list[str] | tuple[str, ...] = (), path: Path | None = None,
-                 out_dir: Path | None = None, facts: HardwareFacts | None = None) -> CompileResult:
+                 out_dir: Path | None = None, facts: HardwareFacts | None = None,
+                 host_facts: bool = True) -> CompileResult:
     """Compile settings given as TOML text (the wizard uses this on every change). `facts`
-    describe the target machine (default: this host's injected or saved facts)."""
+    describe the target machine (default: this host's injected or saved facts, unless
+    `host_facts` is False)."""
     try:
         src = parse_settings_text(text, path)
     except SourceError as exc:
@@ -201,7 +205,7 @@ def compile_text(text: str, overrides: list[str] | tuple[str, ...] = (), path: P
         diags.items.append(Diagnostic("error", "", exc.message, "fix the TOML syntax at this position",
                                       diags.file, exc.line, exc.column))
         return CompileResult(diags)
-    return compile_source(src, overrides, out_dir, facts=facts)
+    return compile_source(src, overrides, out_dir, facts=facts, host_facts=host_facts)
 
 
 def compile_file(path: Path, overrides: list[str] | tuple[str, ...] = (), out_dir: Path | None = None,

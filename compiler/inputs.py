@@ -171,9 +171,12 @@ def detected_platform(facts: HardwareFacts | None, stated: bool) -> str:
 
 
 def gather(src: Source, overrides: list[str] | tuple[str, ...] = (), out_dir: Path | None = None,
-           facts: HardwareFacts | None = None, display_name: str | None = None) -> CompileInputs:
+           facts: HardwareFacts | None = None, display_name: str | None = None,
+           host_facts: bool = True) -> CompileInputs:
     """Read everything the compile of `src` needs. `facts` describe the target machine; when
-    None, the injected or saved facts of this host are used (`hardware.local_facts`)."""
+    None, the injected or saved facts of this host are used (`hardware.local_facts`), unless
+    `host_facts` is False (the wizard: the run usually targets other machines, so only what
+    the settings state counts)."""
     from . import emit
     from .hardware import local_facts
     from .normalise import normalise
@@ -182,7 +185,7 @@ def gather(src: Source, overrides: list[str] | tuple[str, ...] = (), out_dir: Pa
     out = Path(out_dir) if out_dir else (src.path.parent / "build" if src.path else Path("build"))
     out = out.resolve()
     stated = facts is not None
-    facts = copy.deepcopy(facts) if stated else local_facts()
+    facts = copy.deepcopy(facts) if stated else (local_facts() if host_facts else None)
 
     # What the settings name is known only once they are normalised (aliases, overrides, a
     # raw DeepSpeed config's own paths): a first pass finds it; its diagnostics are dropped.
