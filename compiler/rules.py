@@ -13,7 +13,6 @@ from typing import Any
 
 from .diagnostics import Diagnostics
 from .normalise import Normalised
-from .platform_probe import detect_platform
 from .settings import Settings
 
 MSG_FSDP_AND_DEEPSPEED = "FSDP and DeepSpeed cannot be enabled simultaneously."
@@ -54,7 +53,11 @@ def check(n: Normalised, diags: Diagnostics, detected: str | None = None) -> tup
     explicit = n.explicit
 
     if s.hardware.platform == "auto":
-        s.hardware.platform = detected or detect_platform()
+        if not detected:  # a caller outside the compile pipeline: ask this machine
+            from .platform_probe import detect_platform
+
+            detected = detect_platform()
+        s.hardware.platform = detected
         diags.note("hardware.platform", f"target platform detected on this machine: {s.hardware.platform}",
                    "state hardware.platform when compiling for another machine (e.g. in CI)")
     platform = s.hardware.platform
