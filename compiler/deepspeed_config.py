@@ -16,11 +16,18 @@ file accelerate users recognise (docs/artefacts.md says what it contains and why
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import deepspeed_rules
-from .deepspeed_offload import (REPLACED_OPTIMIZERS, SUPPORTED_OPTIMIZERS, normalise_optimizer,  # noqa: F401 - public
-                                offload, optimizer, scheduler)
+from .deepspeed_offload import (  # noqa: F401 - the optimizer names are public here too
+    REPLACED_OPTIMIZERS,
+    SUPPORTED_OPTIMIZERS,
+    normalise_optimizer,
+    offload,
+    optimizer,
+    scheduler,
+)
 from .diagnostics import Diagnostics
 from .settings import Settings
 

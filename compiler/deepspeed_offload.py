@@ -9,7 +9,8 @@ with the "auto" parameters accelerate fills.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .diagnostics import Diagnostics
 from .settings import Settings
@@ -77,9 +78,10 @@ def offload(out, zero, s: Settings, stage: int, explicit, diags: Diagnostics,
             disks: Callable[[str], Any], offload_bytes_hint: int) -> None:
     ds = s.deepspeed
     for which, builder_device in (("offload_optimizer", ds.offload_optimizer), ("offload_param", ds.offload_param)):
-        block = zero.get(which)
+        block: dict[str, Any] | None = zero.get(which)
         if block is None and builder_device != "none":
-            block = zero[which] = {"device": builder_device}
+            block = {"device": builder_device}
+            zero[which] = block
             out["zero_optimization"] = zero
             if "deepspeed.pin_memory" in explicit:
                 block["pin_memory"] = ds.pin_memory
@@ -102,7 +104,8 @@ def offload(out, zero, s: Settings, stage: int, explicit, diags: Diagnostics,
             diags.error(key, "optimizer offload needs ZeRO stage 1, 2 or 3", "set deepspeed.zero_stage")
         if device == "nvme":
             if stage != 3:
-                diags.error(key, f"NVMe offload needs ZeRO stage 3 (stage is {stage})", "set deepspeed.zero_stage = 3 or offload to cpu")
+                diags.error(key, f"NVMe offload needs ZeRO stage 3 (stage is {stage})",
+                            "set deepspeed.zero_stage = 3 or offload to cpu")
             text = str(block.get("nvme_path") or ds.nvme_path)
             block["nvme_path"] = _check_nvme_path(text, "deepspeed.nvme_path", offload_bytes_hint, diags,
                                                   disks(text) if text else None)
@@ -144,14 +147,14 @@ def optimizer(out: dict, zero: dict, s: Settings, explicit: set[str], builder: b
     elif offload and out.get("zero_force_ds_cpu_optimizer", True) is not False:
         # DeepSpeed refuses a client optimizer with ZeRO-Offload; accelerate's own offload
         # templates name one with "auto" parameters, and scripts pass DummyOptim.
-        name = _OFFLOAD_OPTIMIZERS.get(t.optimizer)
-        if name is None:
+        offload_name = _OFFLOAD_OPTIMIZERS.get(t.optimizer)
+        if offload_name is None:
             diags.error("training.optimizer", f"ZeRO-Offload runs the optimizer with DeepSpeed's CPU kernels, "
                         f"which have no {t.optimizer!r}", "use training.optimizer = 'adamw' or 'adam', or set "
                         "deepspeed.optimizer to a DeepSpeed optimizer")
             return
-        opt = out["optimizer"] = {"type": name, "params": {"lr": "auto", "weight_decay": "auto"}}
-        diags.note("deepspeed.config.optimizer", f"{name} with 'auto' parameters, as in accelerate's ZeRO-Offload "
+        opt = out["optimizer"] = {"type": offload_name, "params": {"lr": "auto", "weight_decay": "auto"}}
+        diags.note("deepspeed.config.optimizer", f"{offload_name} with 'auto' parameters, as in accelerate's ZeRO-Offload "
                    "templates: DeepSpeed refuses a client optimizer with optimizer offload, so scripts pass "
                    "accelerate's DummyOptim (tuner run does)")
     if opt is None:
