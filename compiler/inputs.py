@@ -162,12 +162,13 @@ def find_model(path: str, family: str, flavour: str, base_dir: Path | None) -> M
 
 
 def detected_platform(facts: HardwareFacts | None, stated: bool) -> str:
-    """The facts' platform when a caller stated them; else what this machine is."""
+    """The facts' platform when a caller stated them; else what this machine is
+    (``$TUNER_PLATFORM``, this host's facts, its device files)."""
     if stated and facts is not None and facts.platform in ("cuda", "rocm", "mps", "cpu"):
         return facts.platform
     from .platform_probe import detect_platform
 
-    return detect_platform()
+    return detect_platform(facts)
 
 
 def gather(src: Source, overrides: list[str] | tuple[str, ...] = (), out_dir: Path | None = None,
