@@ -133,14 +133,14 @@ def read_file(text: str, base_dir: Path | None, what: str) -> FileRead:
 
 def measure_disk(text: str, base_dir: Path) -> DiskFacts:
     path = Path(os.path.normpath(resolve(text, base_dir)))
-    if not path.is_dir():
-        return DiskFacts(path)
-    if not os.access(path, os.W_OK | os.X_OK):
-        return DiskFacts(path, True)
     try:
+        if not path.is_dir():
+            return DiskFacts(path)
+        if not os.access(path, os.W_OK | os.X_OK):
+            return DiskFacts(path, True)
         return DiskFacts(path, True, True, shutil.disk_usage(path).free)
-    except OSError:
-        return DiskFacts(path, True, True, 0)
+    except (OSError, ValueError):  # cannot even look: reported as not a usable directory
+        return DiskFacts(path)
 
 
 def find_model(path: str, family: str, flavour: str, base_dir: Path | None) -> ModelFacts:
@@ -205,7 +205,10 @@ def gather(src: Source, overrides: list[str] | tuple[str, ...] = (), out_dir: Pa
     models = {}
     if isinstance(model.get("path"), str):
         key = model_key(model["path"], model.get("family", ""), model.get("flavour", ""))
-        models[key] = find_model(*key, project_dir)
+        try:
+            models[key] = find_model(*key, project_dir)
+        except (OSError, ValueError):  # an unreadable directory on the way: the model is not available here
+            models[key] = ModelFacts(location=key[0])
     disks = {text: measure_disk(text, project_dir) for text in _nvme_paths(ds)}
     return CompileInputs(
         source=src, overrides=tuple(overrides), project_dir=project_dir, out_dir=out,
