@@ -1,32 +1,40 @@
 """tuner's config compiler: settings.toml -> accelerate YAML + DeepSpeed JSON + manifest.
 
-Pure Python; never imports torch, accelerate, deepspeed or textual. The stages:
+Pure Python; never imports torch, accelerate, deepspeed or textual. Read -> compile -> write:
 
-    read (source.py) -> normalise (normalise.py: aliases, spellings, schema)
-      -> rules (rules.py: cross-field checks, the plan) -> deepspeed_config.py
-      -> emit (emit.py: YAML, JSON, manifest; atomic write)
+    read:    gather (inputs.py): the settings, the files they name, hardware facts, the
+             model's facts, the NVMe directory's free space, package versions -> CompileInputs
+    compile: compile_inputs (no I/O): normalise (normalise.py: aliases, spellings, schema)
+             -> rules (rules.py: cross-field checks, the plan) -> deepspeed_config.py
+             -> model_facts.py (wrap classes, the memory estimate) -> emit.py (texts)
+    write:   CompileResult.write (emit.write_atomically): the one writer
 
-`compile_text` / `compile_file` run every stage and return a `CompileResult`; nothing is
-written until `write()` is called on a result without errors.
+`compile_text` / `compile_file` gather and compile; nothing is written until `write()` is
+called on a result without errors. A library caller may state the target machine
+(`compile_file(path, facts=HardwareFacts(...))`) or build `CompileInputs` itself.
 """
 
 from __future__ import annotations
 
-import os
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import cluster, deepspeed_config, emit, model_facts
-from .files import FileError, load_yaml
 from .diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Diagnostic, Diagnostics
+from .estimate_report import Estimate
+from .files import FileError, parse_yaml
+from .hardware import HardwareFacts
+from .inputs import CompileInputs, gather
 from .normalise import normalise
 from .rules import Plan, check
 from .settings import Settings
 from .source import Source, SourceError, parse_settings_text, read_settings
 
 __all__ = [
-    "CompileResult", "compile_file", "compile_text", "compile_source", "default_out_dir",
+    "CompileResult", "compile_file", "compile_text", "compile_source", "compile_inputs", "gather",
+    "CompileInputs", "HardwareFacts", "default_out_dir",
     "Diagnostic", "Diagnostics", "Settings", "Plan", "SourceError",
     "EXIT_OK", "EXIT_INVALID", "EXIT_USAGE",
 ]
@@ -40,6 +48,9 @@ class CompileResult:
     out_dir: Path | None = None
     files: dict[str, str] = field(default_factory=dict)
     """Artefact name -> exact text that `write()` puts on disk."""
+    estimate: Estimate | None = None
+    """The memory estimate this compile computed (its fit warnings come from it); what
+    `tuner estimate` and the wizard show. None when the settings got no plan."""
 
     @property
     def ok(self) -> bool:
@@ -55,7 +66,6 @@ class CompileResult:
 
     @property
     def manifest(self) -> dict[str, Any]:
-        import json
         return json.loads(self.files[emit.MANIFEST_JSON]) if emit.MANIFEST_JSON in self.files else {}
 
     def write(self) -> Path:
@@ -74,7 +84,17 @@ def default_out_dir(settings_file: Path) -> Path:
 
 
 def compile_source(src: Source, overrides: list[str] | tuple[str, ...] = (), out_dir: Path | None = None,
-                   display_name: str | None = None) -> CompileResult:
+                   display_name: str | None = None, facts: HardwareFacts | None = None,
+                   host_facts: bool = True) -> CompileResult:
+    """Gather the inputs of parsed settings and compile them (`inputs.gather` says what
+    `facts` and `host_facts` mean)."""
+    return compile_inputs(gather(src, overrides, out_dir, facts, display_name, host_facts))
+
+
+def compile_inputs(inputs: CompileInputs) -> CompileResult:
+    """The compile itself: `inputs` -> artefact texts and diagnostics. Reads no file, no
+    environment variable, no clock: the same inputs give the same result, wherever it runs."""
+    src = inputs.source
     origin: dict[str, str] = {}  # canonical key -> key as written; filled by normalise
 
     def locate(key: str) -> tuple[int | None, int | None]:
@@ -85,23 +105,18 @@ def compile_source(src: Source, overrides: list[str] | tuple[str, ...] = (), out
                 return src.locator.find(".".join([origin[prefix], *parts[i:]]))
         return src.locator.find(key)
 
-    diags = Diagnostics(file=display_name or (str(src.path) if src.path else "<settings>"), locate=locate)
-    base_dir = src.path.parent.resolve() if src.path else Path.cwd()
-    n = normalise(src.data, diags, overrides, base_dir)
+    diags = Diagnostics(file=inputs.display_name, locate=locate)
+    n = normalise(src.data, diags, inputs.overrides, inputs.project_dir, inputs.read)
     origin.update(n.origin)
-    return _finish(src, n, diags, base_dir, out_dir)
-
-
-def _finish(src: Source, n, diags: Diagnostics, base_dir: Path, out_dir: Path | None) -> CompileResult:
-    s, plan = check(n, diags)
-    out_dir = Path(out_dir) if out_dir else (src.path.parent / "build" if src.path else Path("build"))
-    out_dir = out_dir.resolve()
+    s, plan = check(n, diags, inputs.platform)
+    out_dir = inputs.out_dir
     result = CompileResult(diags, s, plan, out_dir)
+    found = inputs.model(s.model.path, s.model.family, s.model.flavour)
 
     ds_text = ""
     if plan.uses_deepspeed:
-        ds_cfg, s = deepspeed_config.build(s, plan.data_parallel_size, n.explicit, diags, base_dir,
-                                           model_facts.nvme_bytes(s, plan, base_dir=base_dir))
+        ds_cfg, s = deepspeed_config.build(s, plan.data_parallel_size, n.explicit, diags, inputs.disk,
+                                           model_facts.nvme_bytes(s, plan, found))
         # The raw config may set the stage and the batch factors: the plan follows them.
         plan.strategy = f"zero{s.deepspeed.zero_stage}"
         plan.global_batch_size = (s.training.micro_batch_size * s.training.gradient_accumulation_steps
@@ -110,21 +125,22 @@ def _finish(src: Source, n, diags: Diagnostics, base_dir: Path, out_dir: Path | 
 
     base_cfg: dict[str, Any] = {}
     if s.accelerate.base:
-        base_cfg = _load_base(s.accelerate.base, base_dir, diags)
+        base_cfg = _load_base(inputs, s.accelerate.base, diags)
 
-    model_facts.check(s, plan, diags, base_dir)
+    result.estimate = model_facts.check(s, plan, diags, found, inputs.facts)
 
     if not diags.ok:
         return result
 
-    ds_path = _deepspeed_path(out_dir, base_dir) if ds_text else None
+    ds_path = _deepspeed_path(out_dir, inputs.project_dir) if ds_text else None
     ours = emit.accelerate_config(s, plan, ds_path)
     cfg = emit.merge_base(base_cfg, ours, plan, diags) if base_cfg else ours
     files = {emit.ACCELERATE_YAML: emit.render_yaml(cfg)}
     if ds_text:
         files[emit.DEEPSPEED_JSON] = ds_text
     files.update(cluster.files(s, plan, out_dir))  # launch.sh, slurm.sbatch, Kubernetes manifests
-    files[emit.MANIFEST_JSON] = emit.render_json(emit.manifest(s, plan, _relative_settings_file(src, out_dir), src.text, files, diags))
+    manifest = emit.manifest(s, plan, inputs.settings_file, src.text, files, diags, inputs.versions)
+    files[emit.MANIFEST_JSON] = emit.render_json(manifest)
     result.settings, result.files = s, files
     return result
 
@@ -138,17 +154,11 @@ def _deepspeed_path(out_dir: Path, base_dir: Path) -> str:
     return str(path.relative_to(base_dir)) if path.is_relative_to(base_dir) else str(path)
 
 
-def _relative_settings_file(src: Source, out_dir: Path) -> str | None:
-    """The settings file as the manifest records it: relative to the build directory."""
-    return os.path.relpath(src.path.resolve(), out_dir) if src.path else None
-
-
-def _load_base(text: str, base_dir: Path, diags: Diagnostics) -> dict[str, Any]:
-    path = Path(text).expanduser()
-    if not path.is_absolute():
-        path = base_dir / path
+def _load_base(inputs: CompileInputs, text: str, diags: Diagnostics) -> dict[str, Any]:
+    got = inputs.read(text, "base accelerate config")
+    path = got.path
     try:
-        loaded = load_yaml(path, "base accelerate config")
+        loaded = parse_yaml(got.text(), str(path))
     except FileError as exc:
         diags.error("accelerate.base", exc.message,
                     "fix the path, or remove accelerate.base to write a fresh config" if exc.missing else "")
@@ -183,8 +193,11 @@ def _base_keys_ok(loaded: dict[Any, Any], path: Path, diags: Diagnostics) -> boo
 
 
 def compile_text(text: str, overrides: list[str] | tuple[str, ...] = (), path: Path | None = None,
-                 out_dir: Path | None = None) -> CompileResult:
-    """Compile settings given as TOML text (the wizard uses this on every change)."""
+                 out_dir: Path | None = None, facts: HardwareFacts | None = None,
+                 host_facts: bool = True) -> CompileResult:
+    """Compile settings given as TOML text (the wizard uses this on every change). `facts`
+    describe the target machine (default: this host's injected or saved facts, unless
+    `host_facts` is False)."""
     try:
         src = parse_settings_text(text, path)
     except SourceError as exc:
@@ -192,10 +205,12 @@ def compile_text(text: str, overrides: list[str] | tuple[str, ...] = (), path: P
         diags.items.append(Diagnostic("error", "", exc.message, "fix the TOML syntax at this position",
                                       diags.file, exc.line, exc.column))
         return CompileResult(diags)
-    return compile_source(src, overrides, out_dir)
+    return compile_source(src, overrides, out_dir, facts=facts, host_facts=host_facts)
 
 
-def compile_file(path: Path, overrides: list[str] | tuple[str, ...] = (), out_dir: Path | None = None) -> CompileResult:
-    """Compile a settings file. Raises SourceError (with .io set) when it cannot be read."""
+def compile_file(path: Path, overrides: list[str] | tuple[str, ...] = (), out_dir: Path | None = None,
+                 facts: HardwareFacts | None = None) -> CompileResult:
+    """Compile a settings file. Raises SourceError (with .io set) when it cannot be read.
+    `facts` describe the target machine (default: this host's injected or saved facts)."""
     src = read_settings(Path(path))
-    return compile_source(src, overrides, out_dir)
+    return compile_source(src, overrides, out_dir, facts=facts)

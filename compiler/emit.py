@@ -212,7 +212,7 @@ def _tool_versions() -> dict[str, str]:
 
 
 def manifest(s: Settings, plan: Plan, settings_file: str | None, settings_text: str,
-             artefacts: dict[str, str], diags: Diagnostics) -> dict[str, Any]:
+             artefacts: dict[str, str], diags: Diagnostics, versions: dict[str, str] | None = None) -> dict[str, Any]:
     hw = s.hardware
     return {
         "manifest_version": MANIFEST_VERSION,
@@ -233,7 +233,7 @@ def manifest(s: Settings, plan: Plan, settings_file: str | None, settings_text: 
             "data_parallel_size": plan.data_parallel_size,
         },
         "artefacts": {name: sha256(text) for name, text in sorted(artefacts.items())},
-        "versions": tool_versions(),
+        "versions": dict(versions) if versions is not None else tool_versions(),  # the compile's inputs
         "diagnostics": [
             {"severity": d.severity, "key": d.key, "message": d.message} for d in diags.items if d.severity != "error"
         ],

@@ -13,7 +13,7 @@ The pieces, each its own module:
 * `estimate_advice`: the recommendation, and what would fit when nothing does.
 
 This module puts them together (`estimate`) and keeps the entry points the compiler, the
-wizard (`render_for_text`) and the CLI (`for_result`) use. A strategy fits a GPU only below
+wizard and the CLI read from the compile result (`CompileResult.estimate`). A strategy fits a GPU only below
 ``1 - GPU_MARGIN`` of its memory; capacities come from the settings (``hardware.*_gib``),
 else from hardware facts that describe the target platform, never from this machine when it
 is not the target.
@@ -75,15 +75,16 @@ def _set_fits(r: StrategyEstimate, usable_gpu: int, host_cap: int) -> StrategyEs
 
 
 def estimate(s: Settings, plan, facts=None, base_dir: Path | None = None,
-             model: ModelSize | None = None) -> Estimate:
+             model: ModelSize | None = None, found=None) -> Estimate:
     """The memory estimate for settings `s` and their `plan` (`tuner.compiler.rules.Plan`).
 
     `facts` is a `tuner.compiler.hardware.HardwareFacts` (None: only what the settings
-    state); `model` overrides what `model_size` would find.
+    state); `model` overrides what `model_size` would find; `found` is what the compile's
+    gather stage read about the model (`inputs.ModelFacts`; None: read it now).
     """
     source = "stated"
     if model is None:
-        model, source = model_size(s, base_dir)
+        model, source = model_size(s, base_dir, found)
     platform = plan.platform
     gpu_cap, host_cap, cap_source = capacities(s, facts, platform)
     if model is None:
@@ -138,30 +139,30 @@ def _describe(s: Settings, strategy: str) -> str:
 # --- entry points the wizard and the CLI use ----------------------------------------------
 
 def for_result(result, facts=None, base_dir: Path | None = None) -> Estimate | None:
-    """The estimate for a `tuner.compiler.CompileResult` (None when it has no plan)."""
+    """The estimate for a `tuner.compiler.CompileResult` (None when it has no plan): the one
+    its compile computed (`result.estimate`); `facts` given: computed again for them."""
     if result.settings is None or result.plan is None:
         return None
+    if facts is None and result.estimate is not None:
+        return result.estimate
     return estimate(result.settings, result.plan, facts, base_dir)
 
 
 def render_for_text(settings_text: str, settings_path: Path | None = None) -> str:
-    """The estimate table for settings given as TOML text (the wizard's Review step)."""
+    """The estimate table for settings given as TOML text (the compile's own estimate)."""
     from . import compile_text
-    from .hardware import local_facts
 
-    path = Path(settings_path) if settings_path else None
-    result = compile_text(settings_text, path=path)
-    est = for_result(result, local_facts(), path.parent if path else None)
-    if est is None:
+    result = compile_text(settings_text, path=Path(settings_path) if settings_path else None)
+    if result.estimate is None:
         return "memory estimate unavailable: the settings do not compile yet"
-    return est.table()
+    return result.estimate.table()
 
 
-def nvme_bytes_per_host(s: Settings, plan, base_dir: Path | None = None) -> int:
+def nvme_bytes_per_host(s: Settings, plan, base_dir: Path | None = None, found=None) -> int:
     """What NVMe offload puts on each machine's disk for the chosen strategy; 0 if unknown."""
     if not plan.strategy.startswith("zero"):
         return 0
-    m, _ = model_size(s, base_dir)
+    m, _ = model_size(s, base_dir, found)
     if m is None:
         return 0
     r = estimate_strategy(s, m, plan.strategy, max(1, plan.world_size), max(1, plan.processes_per_machine),

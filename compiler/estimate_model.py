@@ -8,7 +8,8 @@ First match wins (`model_size`):
 3. an analytic count from a local ``config.json`` (`estimate_shapes`: exact for the
    architectures it knows, flagged ``uncertain`` otherwise, naming `tuner blocks`).
 
-Reads files only; never builds a model, never imports torch.
+Pure given what the gather stage found (`inputs.ModelFacts`); never builds a model,
+never imports torch.
 """
 
 from __future__ import annotations
@@ -69,17 +70,19 @@ def transformer_blocks(config: dict[str, Any]) -> int:
     return n + int(config.get("num_single_layers") or 0)
 
 
-def model_size(s: Settings, base_dir: Path | None = None) -> tuple[ModelSize | None, str]:
+def model_size(s: Settings, base_dir: Path | None = None, found=None) -> tuple[ModelSize | None, str]:
     """What is known about the settings' model, and a sentence saying where it came from
-    (or why nothing is known). Reads files only; never builds a model."""
-    from . import block_cache
+    (or why nothing is known). `found` is what the compile's gather stage read about the
+    model (`inputs.ModelFacts`); without it, the files are read now. Never builds a model."""
     from . import builtin_models as tiny_configs  # pure dicts
 
     m = s.model
-    packaged = tiny_configs.packaged_dir(m.path)
-    builtin = tiny_configs.is_builtin(m.path) and packaged is None
-    location = m.path if tiny_configs.is_builtin(m.path) else str(resolve_model_path(m.path, base_dir))
-    cached = block_cache.find(location, m.family, m.flavour)
+    if found is None:
+        from .inputs import find_model
+
+        found = find_model(m.path, m.family, m.flavour, base_dir)
+    builtin = tiny_configs.is_builtin(m.path) and found.packaged is None
+    cached = found.detection
     if cached is not None:
         hist = {int(k): int(v) for k, v in cached.param_numels.items()}
         config = dict(cached.config)
@@ -104,14 +107,13 @@ def model_size(s: Settings, base_dir: Path | None = None) -> tuple[ModelSize | N
             config["in_channels"] = 3  # the runtime trains built-in denoisers in pixel space
         return (ModelSize(entry["parameters"], "builtin", hist, 0, config, kind_of(config, m.family)),
                 f"built-in {name}")
-    cfg_file = block_cache.model_config_file(packaged or location, m.flavour)
-    if cfg_file is None:
+    if found.config is None:
         return None, (f"model {m.path} is not available here (no config.json); "
                       "the estimate needs the model's size: run the estimate where the model is")
-    from .files import FileError, load_json
+    from .files import FileError, parse_json
 
     try:
-        config = load_json(cfg_file, "model config")
+        config = parse_json(found.config.text(), str(found.config_file))
     except FileError as exc:
         return None, exc.message
     counted = analytic_count(config) if isinstance(config, dict) and "_class_name" not in config else None
@@ -123,7 +125,7 @@ def model_size(s: Settings, base_dir: Path | None = None) -> tuple[ModelSize | N
         uncertain = (f"parameter count uncertain: {counted.uncertain}; run `tuner blocks {m.path}` "
                      "(meta device, seconds) for the exact count")
     return (ModelSize(sum(counted.sizes), "config.json", histogram(counted.sizes), 0, config, counted.kind,
-                      uncertain), f"parameters counted from {cfg_file}")
+                      uncertain), f"parameters counted from {found.config_file}")
 
 
 __all__ = ["ModelSize", "model_size", "histogram", "kind_of", "resolve_model_path", "transformer_blocks",

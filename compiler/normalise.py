@@ -296,17 +296,23 @@ class _Builder:
         self.put(canonical, key, value, "override")
 
 
-def _load_deepspeed_config(value: Any, base_dir: Path | None, diags: Diagnostics) -> Any:
-    """deepspeed.config as a path -> the parsed JSON object (errors reported, {} returned)."""
+def _load_deepspeed_config(value: Any, base_dir: Path | None, diags: Diagnostics, read=None) -> Any:
+    """deepspeed.config as a path -> the parsed JSON object (errors reported, {} returned).
+
+    `read` (the compiler's gathered inputs, `inputs.FileReads`) gives the file's text by
+    the path as written, so the compile itself reads nothing; without it, the file is read."""
     if not isinstance(value, str):
         return value
     if not value.strip():
         return {}
-    path = Path(value).expanduser()
-    if not path.is_absolute() and base_dir is not None:
-        path = base_dir / path
+    if read is None:
+        from .inputs import read_file  # a caller outside the compile pipeline (the wizard's model)
+
+        read = lambda text, what: read_file(text, base_dir, what)  # noqa: E731
+    got = read(value, "DeepSpeed config file")
+    path = got.path
     try:
-        loaded = files.load_json(path, "DeepSpeed config file")
+        loaded = files.parse_json(got.text(), str(path))
     except files.FileError as exc:
         fix = ("fix the path (relative paths start at the settings file) or inline the config as a table"
                if exc.missing else "fix the JSON (a missing comma is the usual cause)" if exc.content else "")
@@ -324,6 +330,7 @@ def normalise(
     diags: Diagnostics,
     overrides: list[str] | tuple[str, ...] = (),
     base_dir: Path | None = None,
+    read=None,
 ) -> Normalised:
     idx = index()
     builder = _Builder(idx, diags, base_dir)
@@ -338,7 +345,7 @@ def normalise(
         written = builder.origin[path]
         value = copy.deepcopy(value)
         if path == "deepspeed.config":
-            value = _load_deepspeed_config(value, base_dir, diags)
+            value = _load_deepspeed_config(value, base_dir, diags, read)
             if isinstance(value, dict) and set(value) == {"deepspeed_config"} and isinstance(value["deepspeed_config"], dict):
                 value = value["deepspeed_config"]
                 diags.note(written, "unwrapped the outer 'deepspeed_config' object (the seed's config.json layout)")

@@ -14,14 +14,16 @@ import shutil
 from pathlib import Path
 
 
-def detect_platform() -> str:
-    """'cuda', 'rocm', 'mps' or 'cpu' for the machine this runs on."""
+def detect_platform(facts=None) -> str:
+    """'cuda', 'rocm', 'mps' or 'cpu' for the machine this runs on. `facts`: this host's
+    facts when the caller has read them already (None: read them here)."""
     forced = os.environ.get("TUNER_PLATFORM", "").strip().lower()
     if forced in ("cuda", "rocm", "mps", "cpu"):
         return forced
-    from .hardware import local_facts  # injected ($TUNER_HARDWARE_FACTS) or saved by `tuner doctor`
+    if facts is None:
+        from .hardware import local_facts  # injected ($TUNER_HARDWARE_FACTS) or saved by `tuner doctor`
 
-    facts = local_facts()
+        facts = local_facts()
     if facts is not None and facts.platform in ("cuda", "rocm", "mps", "cpu"):
         return facts.platform
     if platform.system() == "Darwin":

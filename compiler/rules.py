@@ -13,7 +13,6 @@ from typing import Any
 
 from .diagnostics import Diagnostics
 from .normalise import Normalised
-from .platform_probe import detect_platform
 from .settings import Settings
 
 MSG_FSDP_AND_DEEPSPEED = "FSDP and DeepSpeed cannot be enabled simultaneously."
@@ -47,12 +46,18 @@ def deepspeed_requested(s: Settings) -> bool:
     return bool(s.deepspeed.enabled or s.deepspeed.config)
 
 
-def check(n: Normalised, diags: Diagnostics) -> tuple[Settings, Plan]:
+def check(n: Normalised, diags: Diagnostics, detected: str | None = None) -> tuple[Settings, Plan]:
+    """`detected`: what ``hardware.platform = "auto"`` means (the compile's inputs say);
+    None: detect it on this machine now."""
     s = Settings.from_dict(n.settings)
     explicit = n.explicit
 
     if s.hardware.platform == "auto":
-        s.hardware.platform = detect_platform()
+        if not detected:  # a caller outside the compile pipeline: ask this machine
+            from .platform_probe import detect_platform
+
+            detected = detect_platform()
+        s.hardware.platform = detected
         diags.note("hardware.platform", f"target platform detected on this machine: {s.hardware.platform}",
                    "state hardware.platform when compiling for another machine (e.g. in CI)")
     platform = s.hardware.platform

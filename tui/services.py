@@ -60,15 +60,14 @@ def target_estimate(settings_text: str, settings_path: Path | None):
 
     Capacities come from the settings only (hardware.gpu_memory_gib / host_memory_gib): the
     run usually targets other machines, so this machine's RAM and GPUs are never used (the
-    table says "unknown" instead). Pure Python (no torch)."""
+    table says "unknown" instead). Pure Python (no torch). The estimate is the one the
+    compile computed (`CompileResult.estimate`), not a second computation."""
     try:
         from tuner.compiler import compile_text
-        from tuner.compiler.estimate import for_result
     except ImportError:
         return None
-    result = compile_text(settings_text, path=settings_path)
-    base = Path(settings_path).parent if settings_path else None
-    return for_result(result, None, base)
+    result = compile_text(settings_text, path=settings_path, host_facts=False)
+    return result.estimate if result.settings is not None and result.plan is not None else None
 
 
 def estimate_table(settings_text: str, settings_path: Path) -> str | None:

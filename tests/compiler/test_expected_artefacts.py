@@ -3,8 +3,12 @@
 This is the safety net for refactors of the compiler: accelerate.yaml, deepspeed.json and the
 cluster files must stay byte-identical, and so must the manifest apart from `versions` (the
 installed packages' versions, which differ between machines). The build directory is the
-example's own `build/` (nothing is written: the texts come from the in-memory result), so the
-paths inside the artefacts are the portable, project-relative ones.
+example's own `build/` (nothing is written: the texts come from the in-memory result).
+
+The compile is given its machine the way a library caller gives it, with no environment
+variable: explicit hardware facts (a CPU-only machine, what the examples' "auto" platform
+means here) and the project's location (`PROJECT`: the launch scripts name the build
+directory by absolute path, so the committed ones name the checkout they were made in).
 
 After an intended change of the artefacts, regenerate and review the diff:
 
@@ -13,27 +17,34 @@ After an intended change of the artefacts, regenerate and review the diff:
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import EXAMPLES
-from tuner.compiler import compile_file
-from tuner.compiler.hardware import FACTS_ENV
+from tuner.compiler import compile_inputs, gather
+from tuner.compiler.hardware import HardwareFacts
+from tuner.compiler.source import read_settings
 
 EXPECTED = Path(__file__).resolve().parent / "expected"
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.toml"))
 REGENERATE = "python -m tests.compiler.test_expected_artefacts --write"
 #: Manifest keys that describe the machine, not the compile.
 HOST_KEYS = ("versions",)
+#: The machine the artefacts are compiled for: CPU only, nothing else known.
+FACTS = HardwareFacts(platform="cpu", source="stated")
+#: Where the examples were when the committed artefacts were made.
+PROJECT = Path("/work/main/examples")
 
 
 def compiled(path: Path) -> dict[str, str]:
     """Artefact name -> text, as `tuner compile` would write them, the manifest less HOST_KEYS."""
-    result = compile_file(path, out_dir=path.parent / "build")
+    inputs = gather(read_settings(path), out_dir=path.parent / "build", facts=FACTS)
+    inputs = dataclasses.replace(inputs, project_dir=PROJECT, out_dir=PROJECT / "build")
+    result = compile_inputs(inputs)
     assert result.ok, "\n".join(d.format() for d in result.diagnostics.errors)
     files = dict(result.files)
     manifest = json.loads(files.pop("manifest.json"))
@@ -44,10 +55,7 @@ def compiled(path: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("path", EXAMPLE_FILES, ids=[p.stem for p in EXAMPLE_FILES])
-def test_example_artefacts_are_the_committed_ones(path, monkeypatch):
-    # The examples' "auto" platform is detected on the host: pin what a CPU-only CI machine sees.
-    monkeypatch.setenv("TUNER_PLATFORM", "cpu")
-    monkeypatch.delenv(FACTS_ENV, raising=False)
+def test_example_artefacts_are_the_committed_ones(path):
     expected_dir = EXPECTED / path.stem
     assert expected_dir.is_dir(), f"no expected artefacts for {path.name}: run {REGENERATE}"
     got = compiled(path)
@@ -58,8 +66,6 @@ def test_example_artefacts_are_the_committed_ones(path, monkeypatch):
 
 
 def _write() -> None:
-    os.environ["TUNER_PLATFORM"] = "cpu"
-    os.environ.pop(FACTS_ENV, None)
     for path in EXAMPLE_FILES:
         target = EXPECTED / path.stem
         target.mkdir(parents=True, exist_ok=True)

@@ -6,27 +6,27 @@ Capacities: stated in the settings > injected or saved facts > the doctor > this
 RAM (only when this machine is the target platform). Facts that describe another platform
 than the target are ignored by the estimate (`tuner.compiler.estimate.capacities`): the
 table then says the host RAM is unknown rather than checking the wrong machine's.
+
+The table is the one the compile computed (`CompileResult.estimate`): `tuner estimate`
+gathers the compile's inputs, and only when they hold no hardware facts asks the doctor (or
+this machine) and compiles those inputs again with the facts it found.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
-from tuner.compiler import EXIT_INVALID, EXIT_OK, EXIT_USAGE, SourceError, compile_file
+from tuner.compiler import EXIT_INVALID, EXIT_OK, EXIT_USAGE, SourceError, compile_inputs, gather
 from tuner.compiler.diagnostics import render_text
+from tuner.compiler.source import read_settings
 
 
 def _facts(settings):
+    """Facts for a compile that had none: the doctor's (GPU targets), or this machine's RAM."""
     from tuner.compiler import hardware
 
-    try:
-        facts = hardware.local_facts()
-    except (OSError, ValueError) as exc:
-        print(f"warning: {exc}", file=sys.stderr)
-        facts = None
-    if facts is not None:
-        return facts
     if settings.hardware.platform in ("cuda", "rocm") and not settings.hardware.gpu_memory_gib:
         try:
             from tuner.runtime.doctor import collect
@@ -46,18 +46,21 @@ def _facts(settings):
 
 
 def run(args) -> int:
-    from tuner.compiler.estimate import for_result
-
     try:
-        result = compile_file(args.settings, args.overrides)
+        inputs = gather(read_settings(args.settings), args.overrides)
     except SourceError as exc:
         print(f"{args.settings}: error: {exc.message}", file=sys.stderr)
         return EXIT_USAGE if exc.io else EXIT_INVALID
+    result = compile_inputs(inputs)
+    if inputs.facts is None and result.settings is not None:
+        facts = _facts(result.settings)
+        if facts is not None:
+            result = compile_inputs(dataclasses.replace(inputs, facts=facts))
     errors = result.diagnostics.errors
-    if result.settings is None or result.plan is None:
-        print(render_text(errors), file=sys.stderr)
+    est = result.estimate
+    if result.settings is None or result.plan is None or est is None:
+        print(render_text(errors) or "memory estimate unavailable: the settings do not compile", file=sys.stderr)
         return EXIT_INVALID
-    est = for_result(result, _facts(result.settings), args.settings.resolve().parent)
     if args.json:
         payload = est.to_dict()
         payload["strategy"] = result.plan.strategy

@@ -1,0 +1,231 @@
+"""Everything a compile reads, gathered once at the edge: `CompileInputs` and `gather`.
+
+The compiler is read -> compile -> write. `gather` does all the reading: the settings file,
+the DeepSpeed JSON and base accelerate YAML the settings name, the hardware facts (the ones a
+caller passes, else `$TUNER_HARDWARE_FACTS` or what `tuner doctor` saved on this host), the
+platform that ``hardware.platform = "auto"`` means here, what the model is (block-detection
+cache, built-in registry, its ``config.json``), the NVMe swap directory's free space, the
+installed packages' versions, and the project directory (the settings file's, else the
+working directory: the one place the working directory counts). `tuner.compiler.
+compile_inputs` then compiles that value without touching the file system, the environment
+or the network, so the same `CompileInputs` always compile to the same result.
+
+Paths are keyed as the settings write them; relative ones are resolved here, against the
+project directory, never in the compile.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .diagnostics import Diagnostics
+from .files import FileError, read_text
+from .hardware import HardwareFacts
+from .source import Source
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """One file the settings name: its resolved path, and its text or why it has none."""
+
+    path: Path
+    content: str | None = None
+    error: FileError | None = None
+
+    def text(self) -> str:
+        """The file's text; raises the `FileError` that reading it met."""
+        if self.error is not None:
+            raise self.error
+        return self.content or ""
+
+
+@dataclass(frozen=True)
+class DiskFacts:
+    """The NVMe swap directory as it is now (checked against what offload will put there)."""
+
+    path: Path
+    is_dir: bool = False
+    writable: bool = False
+    free_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What can be known about a model without building it."""
+
+    location: str
+    """A built-in's name, else the absolute path (the block-detection cache's key)."""
+    exists: bool = False
+    packaged: str | None = None
+    """The folder of a packaged built-in (``builtin:all-minilm-l6-v2``)."""
+    detection: Any = None
+    """`block_cache.DetectionResult` from `tuner blocks`, when one is cached and fresh."""
+    config_file: str | None = None
+    config: FileRead | None = None
+    """The model's ``config.json`` (for the analytic parameter count)."""
+
+
+def model_key(path: str, family: str, flavour: str) -> tuple[str, str, str]:
+    return (str(path), str(family), str(flavour or ""))
+
+
+@dataclass(frozen=True)
+class CompileInputs:
+    """Every input of one compile. Build it with `gather` (or by hand, as a library caller
+    stating the target machine); `tuner.compiler.compile_inputs` compiles it without I/O."""
+
+    source: Source
+    overrides: tuple[str, ...] = ()
+    project_dir: Path = Path("/")
+    """Where relative paths in the settings start (the settings file's directory)."""
+    out_dir: Path = Path("/build")
+    """The build directory, absolute."""
+    settings_file: str | None = None
+    """The settings file relative to the build directory (what the manifest records)."""
+    display_name: str = "<settings>"
+    platform: str = "cpu"
+    """What ``hardware.platform = "auto"`` means: the machine the facts describe."""
+    facts: HardwareFacts | None = None
+    files: dict[tuple[str, str], FileRead] = field(default_factory=dict)
+    """(what, path as written) -> the file: DeepSpeed JSON, base accelerate YAML."""
+    models: dict[tuple[str, str, str], ModelFacts] = field(default_factory=dict)
+    """(model.path as written, family, flavour) -> what is known about the model."""
+    disks: dict[str, DiskFacts] = field(default_factory=dict)
+    """NVMe path as written -> the directory's state."""
+    versions: dict[str, str] = field(default_factory=dict)
+    """Installed package versions (the manifest's ``versions``)."""
+
+    def read(self, text: str, what: str) -> FileRead:
+        got = self.files.get((what, text))
+        if got is None:  # not gathered: a bug in gather; say so instead of reading
+            return FileRead(Path(text), error=FileError(f"{what} {text} was not gathered before the compile"))
+        return got
+
+    def model(self, path: str, family: str, flavour: str) -> ModelFacts:
+        return self.models.get(model_key(path, family, flavour)) or ModelFacts(location=str(path))
+
+    def disk(self, text: str) -> DiskFacts | None:
+        return self.disks.get(text)
+
+
+# --- the reading ----------------------------------------------------------------------------
+
+def resolve(text: str, base_dir: Path | None) -> Path:
+    """A path from the settings: ``~`` expanded, a relative one joined to the project directory."""
+    path = Path(text).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    return path
+
+
+def read_file(text: str, base_dir: Path | None, what: str) -> FileRead:
+    path = resolve(text, base_dir)
+    try:
+        return FileRead(path, read_text(path, what))
+    except FileError as exc:
+        return FileRead(path, error=exc)
+
+
+def measure_disk(text: str, base_dir: Path) -> DiskFacts:
+    path = Path(os.path.normpath(resolve(text, base_dir)))
+    try:
+        if not path.is_dir():
+            return DiskFacts(path)
+        if not os.access(path, os.W_OK | os.X_OK):
+            return DiskFacts(path, True)
+        return DiskFacts(path, True, True, shutil.disk_usage(path).free)
+    except (OSError, ValueError):  # cannot even look: reported as not a usable directory
+        return DiskFacts(path)
+
+
+def find_model(path: str, family: str, flavour: str, base_dir: Path | None) -> ModelFacts:
+    """What the block-detection cache, the built-in registry and the model's own
+    ``config.json`` say about it; reads files, never builds the model."""
+    from . import block_cache
+    from . import builtin_models as tiny_configs
+
+    packaged = tiny_configs.packaged_dir(path)
+    builtin = tiny_configs.is_builtin(path)
+    location = path if builtin else str(resolve(path, base_dir or Path.cwd()))
+    detection = block_cache.find(location, family, flavour)
+    local = packaged or (None if builtin else Path(location))
+    cfg_file = block_cache.model_config_file(packaged or location, flavour) if (packaged or not builtin) else None
+    return ModelFacts(location=location, exists=local is not None and Path(local).exists(),
+                      packaged=str(packaged) if packaged is not None else None, detection=detection,
+                      config_file=str(cfg_file) if cfg_file is not None else None,
+                      config=read_file(str(cfg_file), None, "model config") if cfg_file is not None else None)
+
+
+def detected_platform(facts: HardwareFacts | None, stated: bool) -> str:
+    """The facts' platform when a caller stated them; else what this machine is
+    (``$TUNER_PLATFORM``, this host's facts, its device files)."""
+    if stated and facts is not None and facts.platform in ("cuda", "rocm", "mps", "cpu"):
+        return facts.platform
+    from .platform_probe import detect_platform
+
+    return detect_platform(facts)
+
+
+def gather(src: Source, overrides: list[str] | tuple[str, ...] = (), out_dir: Path | None = None,
+           facts: HardwareFacts | None = None, display_name: str | None = None,
+           host_facts: bool = True) -> CompileInputs:
+    """Read everything the compile of `src` needs. `facts` describe the target machine; when
+    None, the injected or saved facts of this host are used (`hardware.local_facts`), unless
+    `host_facts` is False (the wizard: the run usually targets other machines, so only what
+    the settings state counts)."""
+    from . import emit
+    from .hardware import local_facts
+    from .normalise import normalise
+
+    project_dir = src.path.parent.resolve() if src.path else Path.cwd()
+    out = Path(out_dir) if out_dir else (src.path.parent / "build" if src.path else Path("build"))
+    out = out.resolve()
+    stated = facts is not None
+    facts = copy.deepcopy(facts) if stated else (local_facts() if host_facts else None)
+
+    # What the settings name is known only once they are normalised (aliases, overrides, a
+    # raw DeepSpeed config's own paths): a first pass finds it; its diagnostics are dropped.
+    files: dict[tuple[str, str], FileRead] = {}
+
+    def read(text: str, what: str) -> FileRead:
+        if (what, text) not in files:
+            files[(what, text)] = read_file(text, project_dir, what)
+        return files[(what, text)]
+
+    n = normalise(src.data, Diagnostics(), tuple(overrides), project_dir, read)
+    model, acc, ds = n.settings.get("model", {}), n.settings.get("accelerate", {}), n.settings.get("deepspeed", {})
+    base = acc.get("base")
+    if isinstance(base, str) and base:
+        read(base, "base accelerate config")
+    models = {}
+    if isinstance(model.get("path"), str):
+        key = model_key(model["path"], model.get("family", ""), model.get("flavour", ""))
+        try:
+            models[key] = find_model(*key, project_dir)
+        except (OSError, ValueError):  # an unreadable directory on the way: the model is not available here
+            models[key] = ModelFacts(location=key[0])
+    disks = {text: measure_disk(text, project_dir) for text in _nvme_paths(ds)}
+    return CompileInputs(
+        source=src, overrides=tuple(overrides), project_dir=project_dir, out_dir=out,
+        settings_file=os.path.relpath(src.path.resolve(), out) if src.path else None,
+        display_name=display_name or (str(src.path) if src.path else "<settings>"),
+        platform=detected_platform(facts, stated), facts=facts, files=files, models=models, disks=disks,
+        versions=emit.tool_versions())
+
+
+def _nvme_paths(ds: dict[str, Any]) -> set[str]:
+    """Every NVMe swap directory the settings or their raw DeepSpeed config name."""
+    found = {ds.get("nvme_path")}
+    raw = ds.get("config")
+    zero = raw.get("zero_optimization") if isinstance(raw, dict) else None
+    if isinstance(zero, dict):
+        for which in ("offload_optimizer", "offload_param"):
+            block = zero.get(which)
+            if isinstance(block, dict) and block.get("nvme_path"):
+                found.add(str(block["nvme_path"]))
+    return {p for p in found if isinstance(p, str) and p}
