@@ -75,6 +75,15 @@ def coerce_generic(prop: dict[str, Any], value: Any) -> Any:
     return value
 
 
+def coerce(path: str, value: Any) -> Any:
+    """A value written for canonical key `path` -> its canonical value: the key's declared
+    spellings, then the type-driven conversions. What cannot be converted is returned as
+    written (validation reports it). The wizard's fields use this too (one coercer)."""
+    info = index().keys[path]
+    specific = info.setting.spellings  # the key's own spellings, declared with it
+    return coerce_generic(info.prop, specific(value) if specific else value)
+
+
 # --- the result ----------------------------------------------------------------------
 
 
@@ -250,8 +259,7 @@ def normalise(
                 settings["model"]["flavour"] = flavour
             value = family
         else:
-            specific = info.setting.spellings  # the key's own spellings, declared with it
-            fixed = coerce_generic(info.prop, specific(value) if specific else value)
+            fixed = coerce(path, value)
             if fixed is not value and (fixed != value or type(fixed) is not type(value)):
                 diags.note(written, f"normalised {_describe(value)} to {_describe(fixed)}")
             value = fixed
