@@ -1,9 +1,8 @@
 """Every schema key has a place in the wizard, and the quick start lands a 7B run on Review.
 
-The reachability test reads the schema, so a key another change adds later fails here
-(naming it) unless the wizard shows it: `layout.advanced_keys` already gives any new key of a
-known section a field in its step's "Advanced" part, and a new section goes to the step its
-``x-wizard-step`` names (else Precision and batch).
+The reachability test reads the declaration, so a key another change adds later fails here
+(naming it) unless the wizard shows it: `layout.advanced_keys` gives any new key a field in
+the "Advanced" part of the step it declares (``step=``), else of its section's usual step.
 """
 
 from __future__ import annotations
