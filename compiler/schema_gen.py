@@ -115,15 +115,19 @@ def _input_value(key: Declared, prop: dict[str, Any]) -> dict[str, Any]:
         alts.append({"type": ["array", "integer"]})  # accelerate's forms, joined to "0,1"
     if "boolean" in names:
         alts.append({"type": "string", "pattern": _words_pattern(_TRUE_FALSE)})
-    if "integer" in names:
+    if "enum" in prop:
+        pass  # the choices' own words (above) are the numbers written as text
+    elif "integer" in names:
         alts.append({"type": "string", "pattern": _INTEGER_TEXT})
     elif "number" in names:
         alts.append({"type": "string", "pattern": _NUMBER_TEXT})
     if "array" in names:
         alts.append({"type": "string"})  # "A, B" is a list of two
+    # description and default stay outside anyOf: editors show them on hover and completion
+    head = {"description": s.help, **({"default": s.default} if s.default is not None else {})}
     if len(alts) == 1:
-        return {"description": s.help, **canonical}
-    return {"description": s.help, "anyOf": alts}
+        return {**head, **canonical}
+    return {**head, "anyOf": alts}
 
 
 def input_schema() -> dict[str, Any]:
