@@ -1,4 +1,4 @@
-"""The JSON Schemas are generated from the one declaration (compiler/settings.py), and the
+"""The JSON Schemas are generated from the one declaration (compiler/sections/), and the
 editor input schema accepts what `tuner compile` accepts.
 
 * The committed schemas/*.schema.json are byte-for-byte what the generator writes: edit the
@@ -33,7 +33,7 @@ INPUT_SCHEMA = SCHEMAS / schema_gen.INPUT_SCHEMA_FILE
 def test_committed_schema_file_is_the_generated_one(name):
     generated = schema_gen.files()[name]
     committed = (SCHEMAS / name).read_text(encoding="utf-8") if (SCHEMAS / name).is_file() else ""
-    assert committed == generated, (f"schemas/{name} differs from the declaration in compiler/settings.py: "
+    assert committed == generated, (f"schemas/{name} differs from the declaration (compiler/sections/): "
                                     f"run `{schema_gen.REGENERATE}` and commit the result")
 
 
