@@ -25,6 +25,7 @@ import yaml
 from . import cluster
 from .diagnostics import Diagnostics
 from .rules import Plan
+from .schema import index
 from .settings import Settings
 
 ACCELERATE_YAML = "accelerate.yaml"
@@ -37,8 +38,9 @@ DS_KEYS_FORBIDDEN_WITH_FILE = (
     "gradient_accumulation_steps", "gradient_clipping", "zero_stage", "offload_optimizer_device",
     "offload_param_device", "offload_param_nvme_path", "offload_optimizer_nvme_path", "zero3_save_16bit_model",
 )
-_WRAP_NAMES = {"transformer": "TRANSFORMER_BASED_WRAP", "size": "SIZE_BASED_WRAP", "none": "NO_WRAP"}
-_STATE_DICT_NAMES = {"sharded": "SHARDED_STATE_DICT", "full": "FULL_STATE_DICT"}
+#: accelerate's spelling of tuner's values, declared with the keys (``accelerate_values=``).
+_WRAP_NAMES = index().keys["fsdp.auto_wrap_policy"].setting.accelerate_values or {}
+_STATE_DICT_NAMES = index().keys["checkpoint.state_dict_type"].setting.accelerate_values or {}
 
 
 def fsdp_block(s: Settings) -> dict[str, Any]:

@@ -8,7 +8,8 @@ Three inputs are accepted and mapped onto one canonical, sectioned layout:
 * command-line overrides (``--set fsdp_version=2`` or the seed's ``--fsdp_version=2``).
 
 Forgiving spellings (``"v2"``, ``SHARDED_STATE_DICT``, ``"A,B"`` for a list, ...) become the
-canonical value and each change is reported as a note. Unknown keys are errors with a
+canonical value and each change is reported as a note: a key's own spellings are declared
+with it (``spellings=`` in `compiler/sections/`), the type-driven ones are `coerce_generic`. Unknown keys are errors with a
 "did you mean". Finally the schema validates types and enums; a key that fails falls back
 to its default so that the cross-field rules can still run and report everything at once.
 """
@@ -22,124 +23,16 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from . import files
 from .diagnostics import Diagnostics
 from .schema import SchemaIndex, index, load_schema
+from .spellings import FALSE as _FALSE
+from .spellings import FAMILY_ALIASES
+from .spellings import TRUE as _TRUE
 
-# --- forgiving spellings -----------------------------------------------------------
-
-#: Well-known model names -> (family, flavour). `--model_family=sdxl` is the seed's example.
-FAMILY_ALIASES: dict[str, tuple[str, str]] = {
-    **{n: ("diffusion", "unet") for n in ("sdxl", "sd15", "sd1x", "sd2x", "sd21", "kolors", "deepfloyd", "unet")},
-    **{n: ("diffusion", "transformer") for n in (
-        "sd3", "flux", "pixart", "pixart_sigma", "dit", "auraflow", "sana", "hidream", "chroma", "wan",
-        "ltxvideo", "qwen_image", "transformer")},
-    **{n: ("causal_lm", n) for n in ("llama", "mistral", "qwen", "qwen2", "qwen3", "gpt2", "gemma", "phi", "gpt_neox")},
-    **{n: ("causal_lm", "") for n in ("causal", "causal-lm", "causallm", "lm", "llm", "clm")},
-    **{n: ("embedding", n) for n in ("bert", "minilm", "e5", "bge")},
-    **{n: ("embedding", "") for n in ("embed", "embeddings", "sentence-transformer", "sentence_transformers", "encoder")},
-    **{n: ("diffusion", "") for n in ("diffusers",)},
-}
-
-_STATE_DICT = {"sharded": "sharded", "sharded_state_dict": "sharded", "full": "full", "full_state_dict": "full"}
-_WRAP = {
-    "transformer": "transformer", "transformer_based_wrap": "transformer", "transformer_based": "transformer",
-    "size": "size", "size_based_wrap": "size", "size_based": "size",
-    "none": "none", "no_wrap": "none", "nowrap": "none", "no": "none",
-}
-_PRECISION = {"no": "no", "none": "no", "fp32": "no", "float32": "no", "false": "no",
-              "fp16": "fp16", "float16": "fp16", "half": "fp16",
-              "bf16": "bf16", "bfloat16": "bf16"}
-_COMM = {"allgather": "allgather", "all_gather": "allgather", "all-gather": "allgather",
-         "alltoall": "alltoall", "all_to_all": "alltoall", "all-to-all": "alltoall"}
-_OFFLOAD = {"none": "none", "no": "none", "off": "none", "false": "none", "": "none", "cpu": "cpu", "nvme": "nvme"}
-#: Other trainers' optimizer names (SimpleTuner, HF TrainingArguments) -> what tuner trains with.
-#: The dtype/fused/8-bit variants change memory and speed, not the update rule tuner runs.
-_OPTIMIZER = {**{n: "adamw" for n in ("adamw_bf16", "adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused",
-                                      "adamw_8bit", "adamw8bit", "bnb-adamw8bit", "ao-adamw8bit", "paged_adamw_8bit",
-                                      "paged_adamw_32bit", "optimi-adamw", "adamw_schedulefree")},
-              "adam_bf16": "adam", "sgd_torch": "sgd"}
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
-
-
-def _lookup(table: dict[str, str]) -> Callable[[Any], Any]:
-    def fn(value: Any) -> Any:
-        if isinstance(value, str):
-            return table.get(value.strip().lower(), value)
-        return value
-    return fn
-
-
-def _fsdp_version(value: Any) -> Any:
-    if isinstance(value, str):
-        text = value.strip().lower().lstrip("v")
-        if text in ("1", "2"):
-            return int(text)
-    return value
-
-
-def _wrap_policy(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    mapped = _WRAP.get(value.strip().lower())
-    if mapped:
-        return mapped
-    return value.strip()  # a dotted callable path, checked by the rules
-
-
-def _precision(value: Any) -> Any:
-    if value is False:
-        return "no"
-    return _lookup(_PRECISION)(value)
-
-
-def _offload(value: Any) -> Any:
-    if value is False or value is None:
-        return "none"
-    return _lookup(_OFFLOAD)(value)
-
-
-def _optimizer(value: Any) -> Any:
-    if isinstance(value, str):
-        text = value.strip().lower()
-        return _OPTIMIZER.get(text, text)
-    return value
-
-
-def _gpu_ids(value: Any) -> Any:
-    """accelerate writes a list, an int or "0,1"; tuner keeps accelerate's string form."""
-    if isinstance(value, list):
-        return ",".join(str(v) for v in value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return value
-
-
-def _model_type(value: Any) -> Any:
-    if isinstance(value, str):
-        text = value.strip().lower()
-        return {"peft": "lora", "lora": "lora", "full": "full", "full_finetune": "full"}.get(text, value)
-    return value
-
-
-#: Key-specific normalisers, applied before the generic, type-driven ones.
-SPECIFIC: dict[str, Callable[[Any], Any]] = {
-    "fsdp.version": _fsdp_version,
-    "checkpoint.state_dict_type": _lookup(_STATE_DICT),
-    "fsdp.auto_wrap_policy": _wrap_policy,
-    "training.mixed_precision": _precision,
-    "context_parallel.comm_strategy": _lookup(_COMM),
-    "deepspeed.offload_optimizer": _offload,
-    "deepspeed.offload_param": _offload,
-    "model.type": _model_type,
-    "training.optimizer": _optimizer,
-    "hardware.gpu_ids": _gpu_ids,
-    "hardware.platform": lambda v: v.strip().lower() if isinstance(v, str) else v,
-}
-
+# --- forgiving spellings: each key's own are declared with it (compiler/spellings.py) ---
 
 def _types(prop: dict[str, Any]) -> list[str]:
     t = prop.get("type", [])
@@ -180,6 +73,15 @@ def coerce_generic(prop: dict[str, Any], value: Any) -> Any:
             if isinstance(choice, str) and choice.lower() == value.strip().lower():
                 return choice
     return value
+
+
+def coerce(path: str, value: Any) -> Any:
+    """A value written for canonical key `path` -> its canonical value: the key's declared
+    spellings, then the type-driven conversions. What cannot be converted is returned as
+    written (validation reports it). The wizard's fields use this too (one coercer)."""
+    info = index().keys[path]
+    specific = info.setting.spellings  # the key's own spellings, declared with it
+    return coerce_generic(info.prop, specific(value) if specific else value)
 
 
 # --- the result ----------------------------------------------------------------------
@@ -364,8 +266,7 @@ def normalise(
                 settings["model"]["flavour"] = flavour
             value = family
         else:
-            fixed = SPECIFIC.get(path, lambda v: v)(value)
-            fixed = coerce_generic(info.prop, fixed)
+            fixed = coerce(path, value)
             if fixed is not value and (fixed != value or type(fixed) is not type(value)):
                 diags.note(written, f"normalised {_describe(value)} to {_describe(fixed)}")
             value = fixed

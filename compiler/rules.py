@@ -13,12 +13,14 @@ from typing import Any
 
 from .diagnostics import Diagnostics
 from .normalise import Normalised
+from .schema import index
 from .settings import Settings
 
 MSG_FSDP_AND_DEEPSPEED = "FSDP and DeepSpeed cannot be enabled simultaneously."
 MSG_CP_NEEDS_FSDP2 = "Context parallelism requires FSDP2."
 #: Families `tuner run` trains; any other name compiles (the artefacts serve the user's own trainer).
-TRAINED_FAMILIES = ("causal_lm", "embedding", "diffusion")
+#: Declared once, as model.family's offered choices (compiler/sections/what.py).
+TRAINED_FAMILIES: tuple[str, ...] = tuple(index().keys["model.family"].setting.open_choices or ())
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 

@@ -1,11 +1,13 @@
-"""The settings schema: loading it and the indexes the compiler needs from it.
+"""The settings schema and the indexes the compiler needs from it.
 
-`schemas/settings.schema.json` is the one declaration of every key. This module reads it
-(as package data, so an installed tuner finds it) and derives:
+The declaration of every key is `compiler/settings.py` (its section dataclasses); the JSON
+Schema is generated from it (`compiler/schema_gen.py`, committed as
+`schemas/settings.schema.json`). This module derives, in memory:
 
 * the canonical key paths (``section.key``) with their JSON-Schema property,
 * the alias table (flat flag names from the seeds -> canonical path),
-* defaults, and "did you mean" suggestions for misspelt keys.
+* defaults, and "did you mean" suggestions for misspelt keys,
+* accelerate's names for keys (`accelerate_names`), shared by emit and the importer.
 """
 
 from __future__ import annotations
@@ -14,16 +16,20 @@ import difflib
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-SCHEMA_FILE = "settings.schema.json"
+from .declare import Setting, declared
+from .schema_gen import SCHEMA_FILE, settings_schema
+from .settings import Settings
+
+__all__ = ["SCHEMA_FILE", "KeyInfo", "SchemaIndex", "accelerate_names", "index", "load_schema"]
 
 
 @lru_cache(maxsize=1)
 def load_schema() -> dict[str, Any]:
-    text = resources.files("tuner.schemas").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
-    return json.loads(text)
+    """The canonical JSON Schema, generated from the declaration (what the committed
+    schemas/settings.schema.json holds). Do not modify the returned dict."""
+    return settings_schema()
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,9 @@ class KeyInfo:
     section: str
     name: str
     prop: dict[str, Any]
+    """The key's JSON Schema property."""
+    setting: Setting
+    """The key's declaration (spellings, accelerate names, wizard step, ...)."""
 
     @property
     def default(self) -> Any:
@@ -76,14 +85,27 @@ class SchemaIndex:
 
 @lru_cache(maxsize=1)
 def index() -> SchemaIndex:
-    schema = load_schema()
-    sections = schema["properties"]
+    sections = load_schema()["properties"]
     keys: dict[str, KeyInfo] = {}
     aliases: dict[str, str] = {}
-    for section, sec in sections.items():
-        for name, prop in sec["properties"].items():
-            path = f"{section}.{name}"
-            keys[path] = KeyInfo(path, section, name, prop)
-            for alias in prop.get("x-aliases", []):
-                aliases[alias] = path
+    for key in declared(Settings):
+        keys[key.path] = KeyInfo(key.path, key.section, key.name, sections[key.section]["properties"][key.name],
+                                 key.setting)
+        for alias in key.setting.aliases:
+            aliases[alias] = key.path
     return SchemaIndex(sections, keys, aliases)
+
+
+@lru_cache(maxsize=None)
+def accelerate_names(block: str = "") -> dict[str, str]:
+    """accelerate's key names in one block of its config (``""`` for the top level,
+    ``"fsdp_config"``, ``"deepspeed_config"``, ``"parallelism_config"``) -> canonical key,
+    from the keys' ``accelerate=`` declarations. emit writes these names; the importer
+    reads them back through this same table."""
+    out: dict[str, str] = {}
+    for path, info in index().keys.items():
+        for name in info.setting.accelerate:
+            where, _, key = name.rpartition(".")
+            if where == block:
+                out[key] = path
+    return out

@@ -31,11 +31,12 @@ from tuner.compiler import block_cache
 from tuner.compiler.block_cache import ClassStat, DetectionResult
 
 from tuner.compiler import builtin_models as tiny_configs
+from tuner.compiler.rules import TRAINED_FAMILIES
 
 __all__ = ["DetectionError", "DetectionResult", "ClassStat", "ModelSpec", "resolve", "build_model",
            "inspect", "detect", "suggest_wrap_classes", "FAMILIES"]
 
-FAMILIES = ("causal_lm", "embedding", "diffusion")
+FAMILIES = TRAINED_FAMILIES  # declared once, with model.family
 _SAMPLE_PATHS = 3
 _CONTAINERS = frozenset({"ModuleList", "ModuleDict", "ParameterList", "ParameterDict"})
 

@@ -1,1 +1,2 @@
-"""The settings JSON Schema, shipped as package data (read with importlib.resources)."""
+"""The settings JSON Schemas, generated from the declaration (`tuner schema --write`) and shipped
+as package data for editors; deepspeed_rules.json is read at run time."""

@@ -1,5 +1,6 @@
-"""The wizard's layout, from the schema: steps and their fields, the Advanced part of each
-step (every other schema key, derived), labels, and text <-> value for the fields.
+"""The wizard's layout, from the declaration: steps and their fields (each key's ``step=``
+and ``order=``), the Advanced part of each step (keys with a step but no order), labels,
+and text <-> value for the fields (through the compiler's own coercer).
 
 Plain Python, no Textual import.
 """
@@ -11,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tuner.compiler.normalise import coerce
 from tuner.compiler.schema import KeyInfo, index
 
 
@@ -30,36 +32,22 @@ class Step:
     keys: tuple[str, ...]
 
 
-STEPS: tuple[Step, ...] = (
-    Step("model", "Model", (
-        "model.family", "model.flavour", "model.path", "model.type",
-        "model.lora_rank", "model.lora_alpha", "model.lora_dropout", "model.lora_target_modules",
-        "model.pooling", "model.mrl_dims", "model.temperature",
-        "data.path", "data.seq_len", "data.resolution", "output.dir",
-    )),
-    Step("hardware", "Hardware", (
-        "hardware.platform", "hardware.num_processes", "hardware.num_machines", "hardware.machine_rank",
-        "hardware.main_process_ip", "hardware.main_process_port", "hardware.rdzv_backend",
-        "hardware.same_network", "hardware.gpu_memory_gib", "hardware.host_memory_gib",
-    )),
-    Step("sharding", "Sharding", (
-        "fsdp.reshard_after_forward", "fsdp.offload_params", "fsdp.auto_wrap_policy",
-        "fsdp.transformer_layer_cls_to_wrap", "fsdp.min_num_params", "fsdp.sharding_strategy",
-        "fsdp.activation_checkpointing",
-        "deepspeed.zero_stage", "deepspeed.offload_optimizer", "deepspeed.offload_param", "deepspeed.nvme_path",
-        "context_parallel.size", "context_parallel.comm_strategy",
-    )),
-    Step("checkpoints", "Checkpoints", (
-        "checkpoint.state_dict_type", "checkpoint.every_steps", "checkpoint.keep_last",
-        "fsdp.cpu_ram_efficient_loading", "checkpoint.resume", "checkpoint.export",
-    )),
-    Step("precision", "Precision and batch", (
-        "training.mixed_precision", "training.micro_batch_size", "training.gradient_accumulation_steps",
-        "training.learning_rate", "training.max_steps", "training.warmup_steps", "training.optimizer",
-        "training.lr_scheduler", "training.gradient_checkpointing",
-    )),
-    Step("review", "Review", ()),
+#: The wizard's steps, in order. Which keys each shows, and in what order, is declared with
+#: the keys (``step=``, ``order=`` in compiler/sections/); keys with a step but no order are
+#: that step's "Advanced" part.
+_STEP_TITLES: tuple[tuple[str, str], ...] = (
+    ("model", "Model"), ("hardware", "Hardware"), ("sharding", "Sharding"), ("checkpoints", "Checkpoints"),
+    ("precision", "Precision and batch"), ("review", "Review"),
 )
+
+
+def _main_keys(step_id: str) -> tuple[str, ...]:
+    placed = [(info.setting.order, path) for path, info in index().keys.items()
+              if info.setting.step == step_id and info.setting.order is not None]
+    return tuple(path for _, path in sorted(placed))
+
+
+STEPS: tuple[Step, ...] = tuple(Step(sid, title, _main_keys(sid)) for sid, title in _STEP_TITLES)
 STEP_IDS = tuple(s.id for s in STEPS)
 
 #: Keys the Sharding step's strategy choice writes (they have no field of their own).
@@ -77,6 +65,7 @@ BUILDER_KEYS: tuple[str, ...] = (
     "deepspeed.gradient_clipping", "deepspeed.pin_memory", "deepspeed.zero3_init",
 )
 
+#: Where a key with no declared step goes: its section's usual step.
 _SECTION_STEP = {"model": "model", "data": "model", "output": "model", "hardware": "hardware",
                  "fsdp": "sharding", "deepspeed": "sharding", "context_parallel": "sharding",
                  "checkpoint": "checkpoints", "training": "precision", "accelerate": "hardware",
@@ -85,21 +74,23 @@ _SECTION_STEP = {"model": "model", "data": "model", "output": "model", "hardware
 
 
 def section_step(section: str) -> str:
-    """The step whose advanced part holds a section's other keys: the section's
-    ``x-wizard-step`` in the schema, else the built-in map, else Precision and batch."""
-    declared = index().sections.get(section, {}).get("x-wizard-step")
-    if declared in STEP_IDS and declared != "review":
-        return declared
+    """The step for a section's keys that declare none: the built-in map, else Precision and batch."""
     step = _SECTION_STEP.get(section, "precision")
     return "hardware" if step == "review" else step
 
 
-def advanced_keys(step_id: str) -> tuple[str, ...]:
-    """Schema keys with no main field anywhere, shown in this step's "Advanced" part.
+def key_step(key: str) -> str:
+    """The step that shows `key`: its declared ``step``, else its section's."""
+    info = index().keys[key]
+    step = info.setting.step
+    return step if step in STEP_IDS and step != "review" else section_step(info.section)
 
-    Derived from the schema, so a key added to it later gets a field without a code change."""
+
+def advanced_keys(step_id: str) -> tuple[str, ...]:
+    """Keys of this step with no main field (no declared ``order``), shown in its "Advanced"
+    part; a key added to the declaration gets a field without a code change here."""
     main = {k for step in STEPS for k in step.keys} | STRATEGY_KEYS
-    return tuple(k for k, info in index().keys.items() if k not in main and section_step(info.section) == step_id)
+    return tuple(k for k in index().keys if k not in main and key_step(k) == step_id)
 
 
 def step_of(key: str) -> str:
@@ -167,27 +158,20 @@ def render_value(value: Any) -> str:
 
 
 def parse_input(key: str, text: str) -> Any:
-    """Text from a field -> a TOML value. What does not parse stays a string, so the
-    compiler reports it (``must be an integer (got "abc")``) instead of the wizard."""
+    """Text from a field -> a TOML value, by the compiler's own coercer (`normalise.coerce`:
+    the key's declared spellings, "4" -> 4, "A, B" -> a list, any-case choices). What does
+    not convert stays a string, so the compiler reports it (``must be an integer (got
+    "abc")``) instead of the wizard."""
     types = key_info(key).prop.get("type")
     types = types if isinstance(types, list) else [types]
     text = text.strip()
     if "object" in types and (not text or text.startswith("{")):
+        # the field shows an inline table as JSON text (render_value): its own format
         try:
             return json.loads(text) if text else {}
         except ValueError:
             return text  # the compiler says what is wrong with it
-    if "array" in types:
-        items = [p.strip() for p in text.split(",") if p.strip()]
-        if key_info(key).prop.get("items", {}).get("type") == "integer":
-            return [int(i) if re.fullmatch(r"[+-]?\d+", i) else i for i in items]
-        return items
-    if "integer" in types and re.fullmatch(r"[+-]?\d+", text):
-        return int(text)
-    if "number" in types:
-        try:
-            value = float(text)
-        except ValueError:
-            return text
-        return int(value) if re.fullmatch(r"[+-]?\d+", text) else value
-    return text
+    value = coerce(key, text)
+    if isinstance(value, float) and re.fullmatch(r"[+-]?\d+", text):
+        return int(value)  # a whole number typed as one stays one in the file (4, not 4.0)
+    return value

@@ -129,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("schema", help="print the settings JSON Schema, or one key's documentation")
     p.add_argument("key", nargs="?", help="a canonical key or alias")
+    p.add_argument("--write", action="store_true",
+                   help="regenerate schemas/settings.schema.json and settings.input.schema.json from the declaration")
 
     from tuner.tui.keys import keys_text  # plain Python: no Textual import
     p = sub.add_parser("wizard", help="open the terminal wizard (the default with no command)",

@@ -11,45 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..schema import accelerate_names
 from .base import Imported, ImportRefused
 
-# Top-level keys tuner models, and where they go.
-TOP = {
-    "num_processes": "hardware.num_processes",
-    "num_machines": "hardware.num_machines",
-    "machine_rank": "hardware.machine_rank",
-    "main_process_ip": "hardware.main_process_ip",
-    "main_process_port": "hardware.main_process_port",
-    "rdzv_backend": "hardware.rdzv_backend",
-    "same_network": "hardware.same_network",
-    "mixed_precision": "training.mixed_precision",
-}
-FSDP_KEYS = {
-    "fsdp_version": "fsdp.version",
-    "fsdp_auto_wrap_policy": "fsdp.auto_wrap_policy",
-    "fsdp_transformer_layer_cls_to_wrap": "fsdp.transformer_layer_cls_to_wrap",
-    "fsdp_state_dict_type": "checkpoint.state_dict_type",
-    "fsdp_cpu_ram_efficient_loading": "fsdp.cpu_ram_efficient_loading",
-    "fsdp_offload_params": "fsdp.offload_params",
-    "fsdp_activation_checkpointing": "fsdp.activation_checkpointing",
-    "fsdp_min_num_params": "fsdp.min_num_params",
-    "fsdp_sharding_strategy": "fsdp.sharding_strategy",
-    "fsdp_forward_prefetch": "fsdp.forward_prefetch",
-    "fsdp_backward_prefetch": "fsdp.backward_prefetch",
-    "fsdp_use_orig_params": "fsdp.use_orig_params",
-    "fsdp_sync_module_states": "fsdp.sync_module_states",
-}
-DS_YAML_KEYS = {
-    "zero_stage": "deepspeed.zero_stage",
-    "offload_optimizer_device": "deepspeed.offload_optimizer",
-    "offload_param_device": "deepspeed.offload_param",
-    "offload_param_nvme_path": "deepspeed.nvme_path",
-    "offload_optimizer_nvme_path": "deepspeed.nvme_path",
-    "gradient_accumulation_steps": "training.gradient_accumulation_steps",
-    "gradient_clipping": "deepspeed.gradient_clipping",
-    "zero3_init_flag": "deepspeed.zero3_init",
-    "zero3_save_16bit_model": "deepspeed.gather_16bit_weights_on_model_save",
-}
+# accelerate's key names -> tuner's keys: the inverse of what emit writes, from the same
+# ``accelerate=`` declarations (compiler/sections/). Top-level gpu_ids is read apart ("all"
+# is accelerate's default, not a choice), and fsdp_reshard_after_forward too (FSDP v1 spells
+# it as a sharding strategy).
+TOP = {k: v for k, v in accelerate_names("").items() if k != "gpu_ids"}
+FSDP_KEYS = {k: v for k, v in accelerate_names("fsdp_config").items() if k != "fsdp_reshard_after_forward"}
+DS_YAML_KEYS = accelerate_names("deepspeed_config")
 # Keys that carry no decision, or that tuner always writes itself.
 IGNORED = {
     "compute_environment", "distributed_type", "downcast_bf16", "main_training_function",
@@ -58,7 +29,7 @@ IGNORED = {
 }
 #: accelerate launch types tuner runs; any other is refused (tuner has no platform for it).
 STRATEGIES = {"NO", "MULTI_GPU", "MULTI_CPU", "FSDP", "DEEPSPEED"}
-CP_KEYS = ("parallelism_config_cp_size", "parallelism_config_cp_comm_strategy")
+CP_KEYS = tuple(accelerate_names("parallelism_config"))
 
 
 def matches(data: dict[str, Any]) -> bool:

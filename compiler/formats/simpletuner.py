@@ -14,11 +14,10 @@ from typing import Any
 from ..schema import index
 from .base import Imported
 
-#: SimpleTuner names that tuner's schema does not list as aliases.
+#: SimpleTuner names that are not aliases of a key (the declared aliases, compiler/sections/,
+#: are read as they are).
 NAMES = {
     "checkpoint_step_interval": "checkpoint.every_steps",
-    "num_processes": "hardware.num_processes",
-    "gpu_ids": "hardware.gpu_ids",
 }
 #: Keys that only a SimpleTuner config has: with one of them, a flat file is SimpleTuner's.
 HALLMARKS = {"model_family", "data_backend_config", "pretrained_model_name_or_path", "lora_type",

@@ -1,9 +1,8 @@
 """Every schema key has a place in the wizard, and the quick start lands a 7B run on Review.
 
-The reachability test reads the schema, so a key another change adds later fails here
-(naming it) unless the wizard shows it: `layout.advanced_keys` already gives any new key of a
-known section a field in its step's "Advanced" part, and a new section goes to the step its
-``x-wizard-step`` names (else Precision and batch).
+The reachability test reads the declaration, so a key another change adds later fails here
+(naming it) unless the wizard shows it: `layout.advanced_keys` gives any new key a field in
+the "Advanced" part of the step it declares (``step=``), else of its section's usual step.
 """
 
 from __future__ import annotations
@@ -92,3 +91,17 @@ async def test_quick_start_7b_on_8x80gb_lands_on_review_and_saves_a_compiling_fi
     assert result.plan.strategy == "zero1" and result.plan.world_size == 8
     assert s.training.mixed_precision == "bf16" and s.checkpoint.state_dict_type == "sharded"
     assert s.hardware.gpu_memory_gib == 80
+
+
+def test_every_key_declares_its_wizard_step():
+    """The step (and main-field order) of each key is declared with it (compiler/sections/):
+    a real step, and no two main fields of a step in the same place."""
+    from tuner.tui.layout import STEP_IDS
+
+    seen: dict[tuple[str, int], str] = {}
+    for path, info in index().keys.items():
+        assert info.setting.step in STEP_IDS[:-1], f"{path}: step {info.setting.step!r} is not a wizard step"
+        if info.setting.order is not None:
+            place = (info.setting.step, info.setting.order)
+            assert place not in seen, f"{path} and {seen[place]} both declare {place}"
+            seen[place] = path

@@ -1,17 +1,43 @@
-"""`tuner schema [KEY]`: the settings schema, or one key's documentation."""
+"""`tuner schema [KEY]`: the settings schema, or one key's documentation;
+`tuner schema --write`: regenerate the committed schema files from the declaration."""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
 from tuner.compiler.schema import index, load_schema
 
 
+def write(directory: Path | None = None) -> list[Path]:
+    """Write each generated schema file whose text changed; return those written."""
+    from tuner import schemas
+    from tuner.compiler import schema_gen
+
+    directory = directory or Path(schemas.__file__).resolve().parent
+    written = []
+    for name, text in schema_gen.files().items():
+        target = directory / name
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            target.write_text(text, encoding="utf-8")
+            written.append(target)
+    return written
+
+
 def run(args) -> int:
+    if getattr(args, "write", False):
+        if args.key:
+            print("tuner schema --write takes no KEY", file=sys.stderr)
+            return EXIT_USAGE
+        written = write()
+        print("\n".join(f"wrote {p}" for p in written) or "schema files already up to date")
+        return EXIT_OK
     if not args.key:
-        print(json.dumps(load_schema(), indent=2))
+        from tuner.compiler.schema_gen import render
+
+        sys.stdout.write(render(load_schema()))  # the committed file's exact text
         return EXIT_OK
     idx = index()
     path = idx.aliases.get(args.key, args.key)

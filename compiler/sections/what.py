@@ -1,0 +1,96 @@
+"""Declared settings: what is trained, on what data, and where results go.
+
+Each field is one key, declared once with `setting` (see `compiler/declare.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .. import spellings
+from ..declare import setting
+
+
+@dataclass
+class ModelSettings:
+    """What is trained."""
+
+    title: ClassVar[str] = "Model"
+    family: str = setting(
+        "causal_lm", aliases=("model_family",), open_choices=("causal_lm", "embedding", "diffusion"),
+        spellings=spellings.family, step="model", order=0,
+        help="Model family tuner run trains: causal_lm (transformers), embedding (contrastive encoder) or "
+             "diffusion (diffusers denoiser). Known names such as sdxl, flux, llama or bert are accepted "
+             "and normalised; any other name (ltxvideo2, a SimpleTuner family) compiles, but tuner run "
+             "refuses it.")
+    flavour: str = setting(
+        "", aliases=("model_flavour",), step="model", order=1,
+        help="Family variant, e.g. unet or transformer for diffusion; free text otherwise. Part of the "
+             "block-detection cache key.")
+    path: str = setting(
+        "builtin", aliases=("pretrained_model_name_or_path", "model_name"), step="model", order=2,
+        help="A local model directory (from_pretrained), or 'builtin' / 'builtin:NAME' for a tiny "
+             "configuration built locally.")
+    type: str = setting(
+        "full", aliases=("model_type",), choices=("full", "lora"), spellings=spellings.MODEL_TYPE,
+        step="model", order=3,
+        help="Train every weight (full) or LoRA adapters only (lora).")
+    lora_rank: int = setting(
+        8, aliases=("lora_rank",), minimum=1, step="model", order=4,
+        help="LoRA rank.")
+    lora_alpha: float = setting(
+        16, aliases=("lora_alpha",), exclusive_minimum=0, step="model", order=5,
+        help="LoRA scaling alpha.")
+    lora_dropout: float = setting(
+        0.0, aliases=("lora_dropout",), minimum=0, maximum=1, step="model", order=6,
+        help="LoRA dropout.")
+    lora_target_modules: list[str] = setting(
+        [], aliases=("lora_target_modules",), step="model", order=7,
+        help="Module names LoRA adapts; empty picks the family's attention projections.")
+    pooling: str = setting(
+        "mean", aliases=("pooling",), choices=("mean", "cls", "last"), step="model", order=8,
+        help="Embedding pooling.")
+    mrl_dims: list[int] = setting(
+        [], aliases=("mrl_dims",), item_minimum=1, step="model", order=9,
+        help="Matryoshka dimensions for embedding models (a loss per dimension); empty uses the full "
+             "width.")
+    temperature: float = setting(
+        0.05, aliases=("temperature",), exclusive_minimum=0, step="model", order=10,
+        help="InfoNCE temperature for embedding models.")
+
+
+@dataclass
+class DataSettings:
+    """Training data."""
+
+    title: ClassVar[str] = "Data"
+    path: str = setting(
+        "builtin", aliases=("data_path", "train_data"), step="model", order=11,
+        help="A local JSONL / text file (causal LM, embedding pairs) or image folder (diffusion); "
+             "'builtin' uses the small data set tuner ships.")
+    validation_path: str = setting(
+        "", aliases=("val_data_path",), step="model",
+        help="Held-out data; empty splits validation_split off the training data.")
+    validation_split: float = setting(
+        0.1, minimum=0, maximum=0.5, step="model",
+        help="Fraction held out when validation_path is empty.")
+    seq_len: int = setting(
+        128, aliases=("max_seq_length", "seq_len"), minimum=8, step="model", order=12,
+        help="Tokens per packed sequence (causal LM) or max tokens (embedding).")
+    resolution: int = setting(
+        32, aliases=("resolution",), minimum=8, step="model", order=13,
+        help="Image side in pixels for diffusion data.")
+    num_workers: int = setting(
+        0, aliases=("dataloader_num_workers",), minimum=0, step="model",
+        help="DataLoader worker processes.")
+
+
+@dataclass
+class OutputSettings:
+    """Where results go."""
+
+    title: ClassVar[str] = "Output"
+    dir: str = setting(
+        "output", aliases=("output_dir",), step="model", order=14,
+        help="Run directory (metrics, checkpoints, export), relative to the settings file.")
