@@ -101,13 +101,14 @@ def pretend_cuda(count: int = 8):
     """accelerate's launcher picks another branch without GPUs; pretend them for that step."""
     import torch
 
-    saved = torch.cuda.is_available, torch.cuda.device_count
+    saved = torch.cuda.is_available, torch.cuda.device_count, torch.cuda.current_device
     torch.cuda.is_available = lambda: True
     torch.cuda.device_count = lambda: count
+    torch.cuda.current_device = lambda: 0
     try:
         yield
     finally:
-        torch.cuda.is_available, torch.cuda.device_count = saved
+        torch.cuda.is_available, torch.cuda.device_count, torch.cuda.current_device = saved
 
 
 @contextlib.contextmanager
@@ -163,35 +164,53 @@ def _environ(env: dict[str, str]):
         os.environ.update(saved)
 
 
-def fill_auto_as_accelerate(plugin, settings: dict[str, Any], world_size: int) -> dict[str, Any]:
-    """Fill "auto" values with accelerate's own code, with what `tuner run` passes it
-    (`Accelerator._prepare_deepspeed` does the same with the script's objects)."""
-    t = settings["training"]
-    plugin.set_mixed_precision(t["mixed_precision"])
-    micro, accum = t["micro_batch_size"], t["gradient_accumulation_steps"]
-    plugin.fill_match("gradient_accumulation_steps", must_match=False, gradient_accumulation_steps=accum)
+def fill_auto_as_accelerate(plugin, world_size: int, *, mixed_precision: str, micro_batch: int, accumulation: int,
+                            learning_rate: float, weight_decay: float, warmup_steps: int, total_steps: int,
+                            hidden_size: int = 1024, trainer_defaults: bool = False) -> dict[str, Any]:
+    """Fill the plugin's "auto" values with accelerate's own code, given what the training
+    script passes it (`Accelerator._prepare_deepspeed` does the same with the script's
+    objects); returns the plugin's filled config (the plugin is changed in place).
+
+    `micro_batch` and `accumulation` are used where the config leaves them "auto" (a number
+    in the config wins, as in accelerate). `hidden_size` stands in for the model's, which
+    accelerate sizes ZeRO's buckets from. `trainer_defaults` also fills the optimizer "auto"s
+    the HF Trainer fills from TrainingArguments' defaults (betas, eps), which accelerate alone
+    refuses. The one implementation behind `tuner compile --verify` and the interop tests."""
+    plugin.set_mixed_precision(mixed_precision)
+    plugin.fill_match("gradient_accumulation_steps", must_match=False, gradient_accumulation_steps=accumulation)
     accum = plugin.get_value("gradient_accumulation_steps")
-    if not plugin.is_auto("train_micro_batch_size_per_gpu"):
-        micro = plugin.get_value("train_micro_batch_size_per_gpu") or micro
-    total_steps = t["max_steps"] or 1
-    kwargs = {
+    accum = accum if isinstance(accum, int) else accumulation
+    micro = plugin.get_value("train_micro_batch_size_per_gpu")
+    micro = micro if isinstance(micro, int) and micro else micro_batch
+    h = hidden_size
+    kwargs: dict[str, Any] = {
         "gradient_clipping": 1.0,
         "zero_optimization.stage3_gather_16bit_weights_on_model_save": False,
         "train_micro_batch_size_per_gpu": micro,
         "train_batch_size": micro * accum * world_size,
-        # bucket sizes from a hidden size; accelerate reads the model's, 1024 stands in here
-        "zero_optimization.reduce_bucket_size": 1024 * 1024,
-        "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * 1024 * 1024),
-        "zero_optimization.stage3_param_persistence_threshold": 10 * 1024,
-        "optimizer.params.lr": t["learning_rate"],
-        "optimizer.params.weight_decay": t["weight_decay"],
+        "zero_optimization.reduce_bucket_size": h * h,
+        "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * h * h),
+        "zero_optimization.stage3_param_persistence_threshold": 10 * h,
+        "optimizer.params.lr": learning_rate,
+        "optimizer.params.weight_decay": weight_decay,
         "scheduler.params.warmup_min_lr": 0,
-        "scheduler.params.warmup_max_lr": t["learning_rate"],
-        "scheduler.params.warmup_num_steps": max(1, t["warmup_steps"]),
+        "scheduler.params.warmup_max_lr": learning_rate,
+        "scheduler.params.warmup_num_steps": warmup_steps,
         "scheduler.params.total_num_steps": total_steps,
     }
+    if trainer_defaults:
+        kwargs |= {"optimizer.params.betas": [0.9, 0.999], "optimizer.params.eps": 1e-8}
     plugin.deepspeed_config_process(must_match=False, **kwargs)
     return plugin.deepspeed_config
+
+
+def fill_for_settings(plugin, settings: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """`fill_auto_as_accelerate` with what `tuner run` passes accelerate for `settings`."""
+    t = settings["training"]
+    return fill_auto_as_accelerate(
+        plugin, world_size, mixed_precision=t["mixed_precision"], micro_batch=t["micro_batch_size"],
+        accumulation=t["gradient_accumulation_steps"], learning_rate=t["learning_rate"],
+        weight_decay=t["weight_decay"], warmup_steps=max(1, t["warmup_steps"]), total_steps=t["max_steps"] or 1)
 
 
 def accelerate_filled(config: dict[str, Any], settings: dict[str, Any], world_size: int) -> dict[str, Any]:
@@ -200,7 +219,7 @@ def accelerate_filled(config: dict[str, Any], settings: dict[str, Any], world_si
 
     from accelerate.utils import DeepSpeedPlugin
 
-    return fill_auto_as_accelerate(DeepSpeedPlugin(hf_ds_config=copy.deepcopy(config)), settings, world_size)
+    return fill_for_settings(DeepSpeedPlugin(hf_ds_config=copy.deepcopy(config)), settings, world_size)
 
 
 def verify_build(build_dir: Path) -> list[str]:
@@ -210,7 +229,6 @@ def verify_build(build_dir: Path) -> list[str]:
     plan, settings = manifest["plan"], manifest["settings"]
     yaml_path = build_dir / "accelerate.yaml"
     problems: list[str] = []
-    steps = "loading accelerate.yaml"
     sf = manifest.get("settings_file")
     project = (build_dir / sf).resolve().parent if sf else build_dir.parent
     try:
@@ -238,7 +256,7 @@ def _verify_in_project(build_dir: Path, yaml_path: Path, plan: dict, settings: d
             with _environ(env):
                 plugin = DeepSpeedPlugin()
                 steps = "filling 'auto' values as accelerate does"
-                config = fill_auto_as_accelerate(plugin, settings, plan["data_parallel_size"])
+                config = fill_for_settings(plugin, settings, plan["data_parallel_size"])
             steps = f"DeepSpeedConfig at data-parallel world size {plan['data_parallel_size']}"
             parse_deepspeed(config, plan["data_parallel_size"])
         elif plan["uses_fsdp"]:
