@@ -30,6 +30,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Collapsible, ContentSwitcher, Footer, Input, Static
 
+from tuner.compiler.files import write_atomic
+
 from .actions import WizardActions
 from .facts import display_path
 from .fields import FieldRow
@@ -135,8 +137,7 @@ class WizardApp(WizardActions, App[int]):
             return self.recovery_path
         path = self.state.path.with_name(self.state.path.stem + ".recovered.toml")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(self.state.document.text(), encoding="utf-8")
+            write_atomic(path, self.state.document.text())
         except Exception:  # noqa: BLE001 - never let saving the edits hide the crash itself
             return None
         self.recovery_path = path
