@@ -33,8 +33,8 @@ FAKE_BLOCKS = {
     "classes": [
         {"name": "LlamaDecoderLayer", "parameters": 1_200_000, "occurrences": 2,
          "sample_paths": ["model.layers.0"]},
-        {"name": "LlamaAttention", "total_params": 500_000, "occurrences": 2, "sample_paths": ["model.layers.0.self_attn"]},
-        {"name": "Embedding", "total_params": 262_144, "occurrences": 1, "sample_paths": ["model.embed_tokens"]},
+        {"name": "LlamaAttention", "parameters": 500_000, "occurrences": 2, "sample_paths": ["model.layers.0.self_attn"]},
+        {"name": "Embedding", "parameters": 262_144, "occurrences": 1, "sample_paths": ["model.embed_tokens"]},
     ],
     "no_split_modules": ["LlamaDecoderLayer"],
     "suggested": ["LlamaDecoderLayer"],
