@@ -24,14 +24,19 @@ DeepSpeed (a test re-derives it so it cannot go stale).
 from __future__ import annotations
 
 import contextlib
+import copy
+import enum
 import importlib.util
 import json
+import logging
 import os
+import socket
 import subprocess
 import sys
 import types
 import typing
-from pathlib import Path
+import warnings
+from pathlib import Path, PurePath
 from typing import Any
 
 REQUIRED = ("accelerate", "torch")
@@ -62,8 +67,6 @@ def init_deepspeed_comm() -> None:
     global _DS_COMM_READY
     if _DS_COMM_READY:
         return
-    import socket
-
     import deepspeed
     import torch.distributed as dist
 
@@ -167,36 +170,28 @@ def _environ(env: dict[str, str]):
 def fill_auto_as_accelerate(plugin, world_size: int, *, mixed_precision: str, micro_batch: int, accumulation: int,
                             learning_rate: float, weight_decay: float, warmup_steps: int, total_steps: int,
                             hidden_size: int = 1024, trainer_defaults: bool = False) -> dict[str, Any]:
-    """Fill the plugin's "auto" values with accelerate's own code, given what the training
-    script passes it (`Accelerator._prepare_deepspeed` does the same with the script's
-    objects); returns the plugin's filled config (the plugin is changed in place).
-
-    `micro_batch` and `accumulation` are used where the config leaves them "auto" (a number
-    in the config wins, as in accelerate). `hidden_size` stands in for the model's, which
-    accelerate sizes ZeRO's buckets from. `trainer_defaults` also fills the optimizer "auto"s
-    the HF Trainer fills from TrainingArguments' defaults (betas, eps), which accelerate alone
-    refuses. The one implementation behind `tuner compile --verify` and the interop tests."""
+    """The plugin's config (changed in place) with its "auto"s filled by accelerate's own code
+    from what the script passes (as `Accelerator._prepare_deepspeed` does): `micro_batch` and
+    `accumulation` where the config leaves them "auto"; `hidden_size` stands in for the model's
+    (ZeRO bucket sizes); `trainer_defaults`: also the HF Trainer's optimizer betas/eps, which
+    accelerate alone refuses. Used by `tuner compile --verify` and the interop tests alike."""
     plugin.set_mixed_precision(mixed_precision)
     plugin.fill_match("gradient_accumulation_steps", must_match=False, gradient_accumulation_steps=accumulation)
     accum = plugin.get_value("gradient_accumulation_steps")
     accum = accum if isinstance(accum, int) else accumulation
     micro = plugin.get_value("train_micro_batch_size_per_gpu")
     micro = micro if isinstance(micro, int) and micro else micro_batch
-    h = hidden_size
     kwargs: dict[str, Any] = {
         "gradient_clipping": 1.0,
         "zero_optimization.stage3_gather_16bit_weights_on_model_save": False,
         "train_micro_batch_size_per_gpu": micro,
         "train_batch_size": micro * accum * world_size,
-        "zero_optimization.reduce_bucket_size": h * h,
-        "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * h * h),
-        "zero_optimization.stage3_param_persistence_threshold": 10 * h,
-        "optimizer.params.lr": learning_rate,
-        "optimizer.params.weight_decay": weight_decay,
-        "scheduler.params.warmup_min_lr": 0,
-        "scheduler.params.warmup_max_lr": learning_rate,
-        "scheduler.params.warmup_num_steps": warmup_steps,
-        "scheduler.params.total_num_steps": total_steps,
+        "zero_optimization.reduce_bucket_size": hidden_size * hidden_size,
+        "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * hidden_size * hidden_size),
+        "zero_optimization.stage3_param_persistence_threshold": 10 * hidden_size,
+        "optimizer.params.lr": learning_rate, "optimizer.params.weight_decay": weight_decay,
+        "scheduler.params.warmup_min_lr": 0, "scheduler.params.warmup_max_lr": learning_rate,
+        "scheduler.params.warmup_num_steps": warmup_steps, "scheduler.params.total_num_steps": total_steps,
     }
     if trainer_defaults:
         kwargs |= {"optimizer.params.betas": [0.9, 0.999], "optimizer.params.eps": 1e-8}
@@ -209,14 +204,12 @@ def fill_for_settings(plugin, settings: dict[str, Any], world_size: int) -> dict
     t = settings["training"]
     return fill_auto_as_accelerate(
         plugin, world_size, mixed_precision=t["mixed_precision"], micro_batch=t["micro_batch_size"],
-        accumulation=t["gradient_accumulation_steps"], learning_rate=t["learning_rate"],
-        weight_decay=t["weight_decay"], warmup_steps=max(1, t["warmup_steps"]), total_steps=t["max_steps"] or 1)
+        accumulation=t["gradient_accumulation_steps"], learning_rate=t["learning_rate"], weight_decay=t["weight_decay"],
+        warmup_steps=max(1, t["warmup_steps"]), total_steps=t["max_steps"] or 1)
 
 
 def accelerate_filled(config: dict[str, Any], settings: dict[str, Any], world_size: int) -> dict[str, Any]:
     """`config` with its "auto" values filled as accelerate fills them for a run of `settings`."""
-    import copy
-
     from accelerate.utils import DeepSpeedPlugin
 
     return fill_for_settings(DeepSpeedPlugin(hf_ds_config=copy.deepcopy(config)), settings, world_size)
@@ -227,19 +220,18 @@ def verify_build(build_dir: Path) -> list[str]:
     build_dir = Path(build_dir).resolve()
     manifest = json.loads((build_dir / "manifest.json").read_text(encoding="utf-8"))
     plan, settings = manifest["plan"], manifest["settings"]
-    yaml_path = build_dir / "accelerate.yaml"
     problems: list[str] = []
     sf = manifest.get("settings_file")
     project = (build_dir / sf).resolve().parent if sf else build_dir.parent
     try:
         with contextlib.chdir(project):  # where the artefacts' relative paths point
-            _verify_in_project(build_dir, yaml_path, plan, settings, problems)
+            _verify_in_project(build_dir / "accelerate.yaml", plan, settings, problems)
     except Exception as exc:  # the packages' verdict, reported as such
         problems.append(f"{type(exc).__name__}: {exc}")
     return problems
 
 
-def _verify_in_project(build_dir: Path, yaml_path: Path, plan: dict, settings: dict, problems: list[str]) -> None:
+def _verify_in_project(yaml_path: Path, plan: dict, settings: dict, problems: list[str]) -> None:
     steps = "loading accelerate.yaml"
     try:
         load_accelerate(yaml_path)
@@ -289,9 +281,6 @@ def run_in_subprocess(build_dir: Path, project_dir: Path, uses_deepspeed: bool) 
 # -- rules derived from DeepSpeed's pydantic models -----------------------------------------
 
 def _field_spec(annotation, metadata) -> dict[str, Any]:
-    import enum
-    from pathlib import PurePath
-
     from pydantic import BaseModel
 
     spec: dict[str, Any] = {}
@@ -388,9 +377,6 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0].startswith("-"):
         print("usage: python -m tuner.compiler.verify BUILD_DIR... | --derive-rules OUT.json", file=sys.stderr)
         return 2
-    import logging
-    import warnings
-
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     status = 0
