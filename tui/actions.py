@@ -30,10 +30,7 @@ class WizardActions:
         self._outside_modals()
         try:
             path = self.state.save()
-        except SaveRefused as exc:
-            self.notify(f"Not saved: {exc}", severity="error")
-            return
-        except OSError as exc:
+        except (SaveRefused, OSError) as exc:
             self.notify(f"Not saved: {exc}", severity="error")
             return
         self._saved(f"saved {display_path(path)}")
