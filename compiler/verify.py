@@ -39,6 +39,8 @@ import warnings
 from pathlib import Path, PurePath
 from typing import Any
 
+from .diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+
 REQUIRED = ("accelerate", "torch")
 
 
@@ -264,11 +266,11 @@ def _verify_in_project(yaml_path: Path, plan: dict, settings: dict, problems: li
 def run_in_subprocess(build_dir: Path, project_dir: Path, uses_deepspeed: bool) -> tuple[int, str]:
     """`python -m tuner.compiler.verify BUILD` in the project directory; (exit status, output).
 
-    Returns (2, message) without starting anything when a needed package is missing."""
+    Returns (EXIT_USAGE, message) without starting anything when a needed package is missing."""
     need = list(REQUIRED) + (["deepspeed"] if uses_deepspeed else [])
     missing = [name for name in need if importlib.util.find_spec(name) is None]
     if missing:
-        return 2, (f"--verify needs {', '.join(missing)} installed (the packages whose verdict it reports); "
+        return EXIT_USAGE, (f"--verify needs {', '.join(missing)} installed (the packages whose verdict it reports); "
                    "install them (pip install 'tuner[run]') or drop --verify")
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     proc = subprocess.run([sys.executable, "-m", "tuner.compiler.verify", str(build_dir)], cwd=project_dir,
@@ -373,17 +375,17 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--derive-rules"] and len(argv) == 2:  # DeepSpeed prints to stdout: write a file
         Path(argv[1]).write_text(render_rules(derive_rules()), encoding="utf-8")
-        return 0
+        return EXIT_OK
     if not argv or argv[0].startswith("-"):
         print("usage: python -m tuner.compiler.verify BUILD_DIR... | --derive-rules OUT.json", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    status = 0
+    status = EXIT_OK
     for build in argv:
         problems = verify_build(Path(build))
         if problems:
-            status = 1
+            status = EXIT_INVALID
             print(f"verify: {build}: refused by the packages' own checks:")
             for p in problems:
                 print(f"  {p}")
