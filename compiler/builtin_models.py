@@ -18,14 +18,13 @@ Each entry says which library builds it and how:
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import copy
+from pathlib import Path
 from typing import Any
 
 #: ``builtin`` without a name picks by family (and flavour for diffusion).
 DEFAULT_BY_FAMILY = {"causal_lm": "tiny-llama", "embedding": "tiny-bert", "diffusion": "tiny-unet"}
-DEFAULT_BY_DIFFUSION_FLAVOUR = {"unet": "tiny-unet", "transformer": "tiny-dit", "dit": "tiny-dit"}
+DEFAULT_BY_DIFFUSION_FLAVOUR = {"unet": "tiny-unet", "transformer": "tiny-dit", "dit": "tiny-dit", "sd3": "tiny-sd3"}
 
 
 def _llama(parameters: int, **shape: Any) -> dict[str, Any]:
@@ -112,6 +111,29 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
         # DiT's forward calls into its first block directly, so its blocks cannot be FSDP
         # units (the diffusion family refuses that); it is sharded as one unit.
         "suggested_wrap": [],
+    },
+    # An SD3-style MMDiT (text + pooled conditioning), pixel space like the others at run time.
+    "tiny-sd3": {
+        "library": "diffusers",
+        "family": "diffusion",
+        "flavour": "sd3",
+        "class_name": "SD3Transformer2DModel",
+        "config": {
+            "_class_name": "SD3Transformer2DModel",
+            "sample_size": 32,
+            "patch_size": 2,
+            "in_channels": 3,
+            "out_channels": 3,
+            "num_layers": 2,
+            "attention_head_dim": 16,
+            "num_attention_heads": 2,
+            "joint_attention_dim": 32,
+            "caption_projection_dim": 32,
+            "pooled_projection_dim": 32,
+            "pos_embed_max_size": 32,
+        },
+        "parameters": 77_388,
+        "suggested_wrap": ["JointTransformerBlock"],
     },
 }
 

@@ -8,8 +8,9 @@ harlequin and torchtune collect config errors). Only I/O and usage errors stop e
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Literal
+from typing import Literal
 
 Severity = Literal["error", "warning", "note"]
 
@@ -67,7 +68,7 @@ class Diagnostics:
 
     file: str = ""
     items: list[Diagnostic] = field(default_factory=list)
-    locate: "callable | None" = None
+    locate: Callable[[str], tuple[int | None, int | None]] | None = None
     """Maps a key path to (line, column) in the source file, when the file is known."""
 
     def add(self, severity: Severity, key: str, message: str, fix: str = "") -> None:

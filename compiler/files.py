@@ -1,4 +1,5 @@
-"""Reading the files a person points tuner at: one safe reader for every command.
+"""Reading the files a person points tuner at: one safe reader for every command; and
+`write_atomic`, the one way tuner writes a file a person keeps (see there).
 
 Settings, an accelerate base YAML, a DeepSpeed JSON, a model's ``config.json``, an import
 source, hardware facts, a manifest: all of them come through here, so every command refuses
@@ -23,6 +24,7 @@ import json
 import math
 import os
 import stat
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +193,45 @@ def describe_os_error(exc: OSError) -> str:
     if where and str(where) not in reason:
         return f"{reason}: {where}"
     return reason
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to `path` so that a reader sees the old file or the new one, never a
+    half-written one, and a failure leaves no temporary file behind.
+
+    The text goes to a temporary file in the same directory (so the rename stays on one
+    file system), is flushed to disk (fsync: a crash right after cannot leave an empty file
+    in its place), then renamed over `path`. The new file keeps an existing file's
+    permission bits; a new one gets what a plain ``open()`` would give (0o666 less the
+    umask), not mkstemp's private 0o600. Line endings are written as they are in `text`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+            os.fchmod(fh.fileno(), mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask sets it, which would race
+    with other threads creating files); 0o022 where /proc does not say."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022

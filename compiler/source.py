@@ -38,7 +38,7 @@ class KeyLocator:
     """The most parts of any key path seen (table header + dotted key)."""
 
     @classmethod
-    def scan(cls, text: str) -> "KeyLocator":
+    def scan(cls, text: str) -> KeyLocator:
         loc = cls()
         table: list[str] = []
         open_quote = ""  # the delimiter of a multi-line string being read, if any

@@ -24,15 +24,22 @@ DeepSpeed (a test re-derives it so it cannot go stale).
 from __future__ import annotations
 
 import contextlib
+import copy
+import enum
 import importlib.util
 import json
+import logging
 import os
+import socket
 import subprocess
 import sys
 import types
 import typing
-from pathlib import Path
+import warnings
+from pathlib import Path, PurePath
 from typing import Any
+
+from .diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 
 REQUIRED = ("accelerate", "torch")
 
@@ -62,8 +69,6 @@ def init_deepspeed_comm() -> None:
     global _DS_COMM_READY
     if _DS_COMM_READY:
         return
-    import socket
-
     import deepspeed
     import torch.distributed as dist
 
@@ -101,13 +106,14 @@ def pretend_cuda(count: int = 8):
     """accelerate's launcher picks another branch without GPUs; pretend them for that step."""
     import torch
 
-    saved = torch.cuda.is_available, torch.cuda.device_count
+    saved = torch.cuda.is_available, torch.cuda.device_count, torch.cuda.current_device
     torch.cuda.is_available = lambda: True
     torch.cuda.device_count = lambda: count
+    torch.cuda.current_device = lambda: 0
     try:
         yield
     finally:
-        torch.cuda.is_available, torch.cuda.device_count = saved
+        torch.cuda.is_available, torch.cuda.device_count, torch.cuda.current_device = saved
 
 
 @contextlib.contextmanager
@@ -163,44 +169,52 @@ def _environ(env: dict[str, str]):
         os.environ.update(saved)
 
 
-def fill_auto_as_accelerate(plugin, settings: dict[str, Any], world_size: int) -> dict[str, Any]:
-    """Fill "auto" values with accelerate's own code, with what `tuner run` passes it
-    (`Accelerator._prepare_deepspeed` does the same with the script's objects)."""
-    t = settings["training"]
-    plugin.set_mixed_precision(t["mixed_precision"])
-    micro, accum = t["micro_batch_size"], t["gradient_accumulation_steps"]
-    plugin.fill_match("gradient_accumulation_steps", must_match=False, gradient_accumulation_steps=accum)
+def fill_auto_as_accelerate(plugin, world_size: int, *, mixed_precision: str, micro_batch: int, accumulation: int,
+                            learning_rate: float, weight_decay: float, warmup_steps: int, total_steps: int,
+                            hidden_size: int = 1024, trainer_defaults: bool = False) -> dict[str, Any]:
+    """The plugin's config (changed in place) with its "auto"s filled by accelerate's own code
+    from what the script passes (as `Accelerator._prepare_deepspeed` does): `micro_batch` and
+    `accumulation` where the config leaves them "auto"; `hidden_size` stands in for the model's
+    (ZeRO bucket sizes); `trainer_defaults`: also the HF Trainer's optimizer betas/eps, which
+    accelerate alone refuses. Used by `tuner compile --verify` and the interop tests alike."""
+    plugin.set_mixed_precision(mixed_precision)
+    plugin.fill_match("gradient_accumulation_steps", must_match=False, gradient_accumulation_steps=accumulation)
     accum = plugin.get_value("gradient_accumulation_steps")
-    if not plugin.is_auto("train_micro_batch_size_per_gpu"):
-        micro = plugin.get_value("train_micro_batch_size_per_gpu") or micro
-    total_steps = t["max_steps"] or 1
-    kwargs = {
+    accum = accum if isinstance(accum, int) else accumulation
+    micro = plugin.get_value("train_micro_batch_size_per_gpu")
+    micro = micro if isinstance(micro, int) and micro else micro_batch
+    kwargs: dict[str, Any] = {
         "gradient_clipping": 1.0,
         "zero_optimization.stage3_gather_16bit_weights_on_model_save": False,
         "train_micro_batch_size_per_gpu": micro,
         "train_batch_size": micro * accum * world_size,
-        # bucket sizes from a hidden size; accelerate reads the model's, 1024 stands in here
-        "zero_optimization.reduce_bucket_size": 1024 * 1024,
-        "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * 1024 * 1024),
-        "zero_optimization.stage3_param_persistence_threshold": 10 * 1024,
-        "optimizer.params.lr": t["learning_rate"],
-        "optimizer.params.weight_decay": t["weight_decay"],
-        "scheduler.params.warmup_min_lr": 0,
-        "scheduler.params.warmup_max_lr": t["learning_rate"],
-        "scheduler.params.warmup_num_steps": max(1, t["warmup_steps"]),
-        "scheduler.params.total_num_steps": total_steps,
+        "zero_optimization.reduce_bucket_size": hidden_size * hidden_size,
+        "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * hidden_size * hidden_size),
+        "zero_optimization.stage3_param_persistence_threshold": 10 * hidden_size,
+        "optimizer.params.lr": learning_rate, "optimizer.params.weight_decay": weight_decay,
+        "scheduler.params.warmup_min_lr": 0, "scheduler.params.warmup_max_lr": learning_rate,
+        "scheduler.params.warmup_num_steps": warmup_steps, "scheduler.params.total_num_steps": total_steps,
     }
+    if trainer_defaults:
+        kwargs |= {"optimizer.params.betas": [0.9, 0.999], "optimizer.params.eps": 1e-8}
     plugin.deepspeed_config_process(must_match=False, **kwargs)
     return plugin.deepspeed_config
 
 
+def fill_for_settings(plugin, settings: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """`fill_auto_as_accelerate` with what `tuner run` passes accelerate for `settings`."""
+    t = settings["training"]
+    return fill_auto_as_accelerate(
+        plugin, world_size, mixed_precision=t["mixed_precision"], micro_batch=t["micro_batch_size"],
+        accumulation=t["gradient_accumulation_steps"], learning_rate=t["learning_rate"], weight_decay=t["weight_decay"],
+        warmup_steps=max(1, t["warmup_steps"]), total_steps=t["max_steps"] or 1)
+
+
 def accelerate_filled(config: dict[str, Any], settings: dict[str, Any], world_size: int) -> dict[str, Any]:
     """`config` with its "auto" values filled as accelerate fills them for a run of `settings`."""
-    import copy
-
     from accelerate.utils import DeepSpeedPlugin
 
-    return fill_auto_as_accelerate(DeepSpeedPlugin(hf_ds_config=copy.deepcopy(config)), settings, world_size)
+    return fill_for_settings(DeepSpeedPlugin(hf_ds_config=copy.deepcopy(config)), settings, world_size)
 
 
 def verify_build(build_dir: Path) -> list[str]:
@@ -208,20 +222,18 @@ def verify_build(build_dir: Path) -> list[str]:
     build_dir = Path(build_dir).resolve()
     manifest = json.loads((build_dir / "manifest.json").read_text(encoding="utf-8"))
     plan, settings = manifest["plan"], manifest["settings"]
-    yaml_path = build_dir / "accelerate.yaml"
     problems: list[str] = []
-    steps = "loading accelerate.yaml"
     sf = manifest.get("settings_file")
     project = (build_dir / sf).resolve().parent if sf else build_dir.parent
     try:
         with contextlib.chdir(project):  # where the artefacts' relative paths point
-            _verify_in_project(build_dir, yaml_path, plan, settings, problems)
+            _verify_in_project(build_dir / "accelerate.yaml", plan, settings, problems)
     except Exception as exc:  # the packages' verdict, reported as such
         problems.append(f"{type(exc).__name__}: {exc}")
     return problems
 
 
-def _verify_in_project(build_dir: Path, yaml_path: Path, plan: dict, settings: dict, problems: list[str]) -> None:
+def _verify_in_project(yaml_path: Path, plan: dict, settings: dict, problems: list[str]) -> None:
     steps = "loading accelerate.yaml"
     try:
         load_accelerate(yaml_path)
@@ -238,7 +250,7 @@ def _verify_in_project(build_dir: Path, yaml_path: Path, plan: dict, settings: d
             with _environ(env):
                 plugin = DeepSpeedPlugin()
                 steps = "filling 'auto' values as accelerate does"
-                config = fill_auto_as_accelerate(plugin, settings, plan["data_parallel_size"])
+                config = fill_for_settings(plugin, settings, plan["data_parallel_size"])
             steps = f"DeepSpeedConfig at data-parallel world size {plan['data_parallel_size']}"
             parse_deepspeed(config, plan["data_parallel_size"])
         elif plan["uses_fsdp"]:
@@ -254,11 +266,11 @@ def _verify_in_project(build_dir: Path, yaml_path: Path, plan: dict, settings: d
 def run_in_subprocess(build_dir: Path, project_dir: Path, uses_deepspeed: bool) -> tuple[int, str]:
     """`python -m tuner.compiler.verify BUILD` in the project directory; (exit status, output).
 
-    Returns (2, message) without starting anything when a needed package is missing."""
+    Returns (EXIT_USAGE, message) without starting anything when a needed package is missing."""
     need = list(REQUIRED) + (["deepspeed"] if uses_deepspeed else [])
     missing = [name for name in need if importlib.util.find_spec(name) is None]
     if missing:
-        return 2, (f"--verify needs {', '.join(missing)} installed (the packages whose verdict it reports); "
+        return EXIT_USAGE, (f"--verify needs {', '.join(missing)} installed (the packages whose verdict it reports); "
                    "install them (pip install 'tuner[run]') or drop --verify")
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     proc = subprocess.run([sys.executable, "-m", "tuner.compiler.verify", str(build_dir)], cwd=project_dir,
@@ -271,9 +283,6 @@ def run_in_subprocess(build_dir: Path, project_dir: Path, uses_deepspeed: bool) 
 # -- rules derived from DeepSpeed's pydantic models -----------------------------------------
 
 def _field_spec(annotation, metadata) -> dict[str, Any]:
-    import enum
-    from pathlib import PurePath
-
     from pydantic import BaseModel
 
     spec: dict[str, Any] = {}
@@ -366,20 +375,17 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--derive-rules"] and len(argv) == 2:  # DeepSpeed prints to stdout: write a file
         Path(argv[1]).write_text(render_rules(derive_rules()), encoding="utf-8")
-        return 0
+        return EXIT_OK
     if not argv or argv[0].startswith("-"):
         print("usage: python -m tuner.compiler.verify BUILD_DIR... | --derive-rules OUT.json", file=sys.stderr)
-        return 2
-    import logging
-    import warnings
-
+        return EXIT_USAGE
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    status = 0
+    status = EXIT_OK
     for build in argv:
         problems = verify_build(Path(build))
         if problems:
-            status = 1
+            status = EXIT_INVALID
             print(f"verify: {build}: refused by the packages' own checks:")
             for p in problems:
                 print(f"  {p}")

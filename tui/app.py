@@ -4,6 +4,8 @@ The app takes everything from its constructor (the `WizardState` and the `Servic
 tests build it directly with fakes. Hardware detection imports torch, so it runs in a
 worker thread after the first paint.
 
+The commands behind the keys (saving, the tool screens, quitting) are in `tui/actions.py`.
+
 Keys: `tui/keys.py` holds the table (the help screen and `tuner wizard --help` show it).
 Every key is handled in the order it was typed by the widget that had focus then (see
 `fields.InOrder`): focus moves (Tab, step changes) are priority bindings that run before
@@ -21,17 +23,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from textual.app import App, ComposeResult
 from textual.actions import SkipAction
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Collapsible, ContentSwitcher, Footer, Input, Static
 
+from tuner.compiler.files import write_atomic
+
+from .actions import WizardActions
+from .facts import display_path
 from .fields import FieldRow
-from .facts import display_path, hardware_suggestions
 from .layout import STEP_IDS, STEPS, canonical_key, step_of
-from .model import SaveRefused, WizardState
+from .model import WizardState
 from .review import ReviewPane
 from .services import Services
 from .steps import ActionBar, StepList, StepPane
@@ -41,7 +46,7 @@ from .steps import ActionBar, StepList, StepPane
 MIN_WIDTH, MIN_HEIGHT = 60, 16
 
 
-class WizardApp(App[int]):
+class WizardApp(WizardActions, App[int]):
     """`tuner` / `tuner wizard`: from hardware to a saved, compiling settings.toml."""
 
     CSS_PATH = "wizard.tcss"
@@ -132,8 +137,7 @@ class WizardApp(App[int]):
             return self.recovery_path
         path = self.state.path.with_name(self.state.path.stem + ".recovered.toml")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(self.state.document.text(), encoding="utf-8")
+            write_atomic(path, self.state.document.text())
         except Exception:  # noqa: BLE001 - never let saving the edits hide the crash itself
             return None
         self.recovery_path = path
@@ -294,120 +298,6 @@ class WizardApp(App[int]):
             result = handler()
             if inspect.isawaitable(result):
                 await result
-
-    def _saved(self, what: str) -> None:
-        self._refresh_chrome()
-        self.query_one("#status", Static).update(what)
-        self.notify(what, title="Saved")
-
-    def action_save(self) -> None:
-        self._outside_modals()
-        try:
-            path = self.state.save()
-        except SaveRefused as exc:
-            self.notify(f"Not saved: {exc}", severity="error")
-            return
-        except OSError as exc:
-            self.notify(f"Not saved: {exc}", severity="error")
-            return
-        self._saved(f"saved {display_path(path)}")
-
-    def action_save_draft(self) -> None:
-        self._outside_modals()
-        try:
-            path = self.state.save_draft()
-        except OSError as exc:
-            self.notify(f"Not saved: {exc}", severity="error")
-            return
-        self._saved(f"saved draft {display_path(path)}" + (f" ({len(self.state.errors)} error(s))" if self.state.errors else "")
-                    + f"; {display_path(self.state.path)} untouched")
-
-    def action_save_compile(self) -> None:
-        self._outside_modals()
-        try:
-            out = self.state.save_and_compile()
-        except (SaveRefused, OSError) as exc:
-            self.notify(f"Not saved: {exc}", severity="error")
-            return
-        self._saved(f"saved {display_path(self.state.path)} and compiled -> {display_path(out)}/")
-
-    def action_builder(self) -> None:
-        self._outside_modals()
-        from .builder import DeepSpeedBuilder
-
-        def done(changed: bool | None) -> None:
-            self._after_edit(reload_values=True)
-
-        self.push_screen(DeepSpeedBuilder(self.state, self.services.templates), done)
-
-    def action_blocks(self) -> None:
-        self._outside_modals()
-        from .blocks import BlocksModal
-
-        def done(classes: list[str] | None) -> None:
-            if classes is not None:
-                self.apply("fsdp.transformer_layer_cls_to_wrap", classes)
-                self._after_edit(reload_values=True)
-
-        self.push_screen(BlocksModal(self.state, self.services.blocks), done)
-
-    def action_maintenance(self) -> None:
-        self._outside_modals()
-        from .maintenance import MaintenanceScreen
-
-        self.push_screen(MaintenanceScreen(self.state, self.services))
-
-    def action_use_detected(self) -> None:
-        self._outside_modals()
-        edits = hardware_suggestions(self.state.hardware)
-        if not edits:
-            self.notify("No detected hardware to use (yet).", severity="warning")
-            return
-        start = time.perf_counter()
-        self.state.set_many(edits)
-        self.last_validation_s = time.perf_counter() - start
-        self._after_edit(reload_values=True)
-        self.notify(", ".join(f"{k} = {v}" for k, v in edits.items()), title="Detected values applied")
-
-    def action_quit_wizard(self) -> None:
-        text = self.state.document.text()
-        if self.state.dirty and self._quit_armed_at != text:
-            # Armed for exactly this text: an edit after the first ctrl+q asks again.
-            self._quit_armed_at = text
-            self.notify("Unsaved changes: ctrl+s saves; press ctrl+q again to quit without saving.",
-                        severity="warning")
-            return
-        self.exit(0)
-
-    def action_help(self) -> None:
-        from .help import HelpScreen
-
-        if isinstance(self.screen, HelpScreen):
-            self.screen.dismiss(None)  # F12 toggles
-        else:
-            self.push_screen(HelpScreen())
-
-    def action_quickstart(self) -> None:
-        self._outside_modals()
-        from .quickstart import QuickStart
-
-        async def done(edits: dict[str, Any] | None) -> None:
-            if edits:
-                self.state.apply_proposal(edits)
-                self._after_edit(reload_values=True)
-                await self._show_step("review")
-                self._focus_first()
-
-        self.push_screen(QuickStart(self.state, self.services.proposal), done)
-
-    def action_tidy_strategy(self) -> None:
-        self._outside_modals()
-        removed = self.state.tidy_strategy()
-        if not removed:
-            self.notify("Nothing to remove: no keys of other strategies are set.")
-            return
-        self._after_edit(reload_values=True)
-        self.notify("Removed: " + ", ".join(removed), title="Other strategies' keys")
 
 
 def _shown_within(widget, container) -> bool:

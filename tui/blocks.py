@@ -25,30 +25,13 @@ from .model import WizardState
 from .services import ServiceUnavailable
 
 
-def _first(d: dict[str, Any], *names: str, default: Any = None) -> Any:
-    for n in names:
-        if n in d and d[n] is not None:
-            return d[n]
-    return default
-
-
 def parse_detection(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], list[str], bool]:
-    """(classes, no_split_modules, suggestions, from_cache) from a detection result dict."""
-    raw = _first(data, "classes", "module_classes", "modules", default=[])
-    if isinstance(raw, dict):
-        raw = [{"name": k, **(v if isinstance(v, dict) else {"params": v})} for k, v in raw.items()]
-    classes = []
-    for item in raw:
-        classes.append({
-            "name": str(_first(item, "name", "class_name", "cls", "class", default="?")),
-            "params": int(_first(item, "parameters", "total_params", "params", "num_params", default=0) or 0),
-            "occurrences": int(_first(item, "occurrences", "count", "instances", default=0) or 0),
-            "paths": list(_first(item, "sample_paths", "paths", "examples", default=[]) or []),
-        })
-    no_split = list(_first(data, "no_split_modules", "_no_split_modules", default=[]) or [])
-    suggestions = list(_first(data, "suggestions", "suggested", "suggested_classes", default=[]) or [])
-    cached = bool(_first(data, "cached", "from_cache", default=False))
-    return classes, no_split, suggestions, cached
+    """(classes, no_split_modules, suggestions, from_cache) from block detection's result,
+    `DetectionResult.to_dict()` (tuner.compiler.block_cache), read by its own field names."""
+    classes = [{"name": c["name"], "params": int(c["parameters"]), "occurrences": int(c["occurrences"]),
+                "paths": list(c.get("sample_paths") or [])} for c in data.get("classes") or []]
+    return (classes, list(data.get("no_split_modules") or []), list(data.get("suggested") or []),
+            bool(data.get("cached")))
 
 
 def summary(data: dict[str, Any]) -> str:

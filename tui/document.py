@@ -11,14 +11,13 @@ No Textual import here: this is plain Python, unit-tested on its own.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import tomlkit
 from tomlkit.items import Table
 
+from tuner.compiler.files import write_atomic
 from tuner.compiler.schema import index
 
 
@@ -109,20 +108,9 @@ class SettingsDocument:
     # -- saving -----------------------------------------------------------------------
 
     def save(self, path: Path) -> Path:
-        """Write atomically (temp file + rename): never a half-written settings file."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """Write atomically (`write_atomic`): never a half-written settings file."""
         text = self.text()
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                fh.write(text)
-            if path.exists():
-                os.chmod(tmp, path.stat().st_mode & 0o777)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        path = write_atomic(path, text)
         self.original_text = text
         return path
 

@@ -1,13 +1,15 @@
 """Detected hardware as the wizard shows it, and paths as the wizard prints them.
 
-`tuner doctor`'s HardwareFacts (or its dict, or a fake in tests) is read through
-``to_dict()``, so the wizard never imports torch to display it. Plain Python, no Textual.
+`tuner doctor`'s HardwareFacts (or its dict, `HardwareFacts.to_dict()`) is read by its own
+field names, so the wizard never imports torch to display it. Plain Python, no Textual.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from tuner.compiler.hardware import GIB
 
 
 def display_path(path: Path) -> str:
@@ -19,9 +21,8 @@ def display_path(path: Path) -> str:
 
 
 def _facts_dict(facts: Any) -> dict[str, Any]:
-    if hasattr(facts, "to_dict"):
-        return facts.to_dict()
-    return facts if isinstance(facts, dict) else dict(vars(facts))
+    """HardwareFacts as its dict (`to_dict()`); a dict is taken as that dict already."""
+    return facts if isinstance(facts, dict) else facts.to_dict()
 
 
 def describe_hardware(facts: Any) -> list[str]:
@@ -38,12 +39,12 @@ def describe_hardware(facts: Any) -> list[str]:
     gpus = data.get("gpus") or []
     lines.append(f"GPUs: {len(gpus)}" if gpus else "GPUs: none")
     for i, g in enumerate(gpus):
-        mem = g.get("memory_gib") or (g.get("memory_bytes") or 0) / 1024**3
-        cc = g.get("compute_capability") or g.get("capability")
+        mem = (g.get("memory_bytes") or 0) / GIB
+        cc = g.get("compute_capability")
         extra = (f", compute {cc}" if cc else "") + (", bf16" if g.get("bf16") else "")
         lines.append(f"  [{g.get('index', i)}] {g.get('name', 'GPU')}: {mem:.1f} GiB{extra}")
-    host = data.get("host_memory_gib") or (data.get("host_memory_bytes") or 0) / 1024**3
-    cores = data.get("cpu_cores") or data.get("cpu_count")
+    host = (data.get("host_memory_bytes") or 0) / GIB
+    cores = data.get("cpu_cores")
     if host or cores:
         lines.append("Host: " + ", ".join(p for p in (f"{cores} cores" if cores else "",
                                                       f"{host:.1f} GiB RAM" if host else "") if p))
@@ -61,12 +62,12 @@ def hardware_suggestions(facts: Any) -> dict[str, Any]:
     gpus = data.get("gpus") or []
     if gpus:
         out["hardware.num_processes"] = len(gpus)
-        mem = min(g.get("memory_gib") or (g.get("memory_bytes") or 0) / 1024**3 for g in gpus)
+        mem = min((g.get("memory_bytes") or 0) / GIB for g in gpus)
         if mem:
             out["hardware.gpu_memory_gib"] = round(mem, 1)
         if all(g.get("bf16") for g in gpus):
             out["training.mixed_precision"] = "bf16"  # the GPUs support it: no reason to run fp32
-    host = data.get("host_memory_gib") or (data.get("host_memory_bytes") or 0) / 1024**3
+    host = (data.get("host_memory_bytes") or 0) / GIB
     if host:
         # Stated as the target's host RAM (the estimate never reads this machine's by itself).
         out["hardware.host_memory_gib"] = round(host, 1)

@@ -6,20 +6,21 @@ the env preparation of the launcher it picks, then the plugin accelerate would b
 that environment (FullyShardedDataParallelPlugin / DeepSpeedPlugin / ParallelismConfig).
 CUDA devices are pretended for that step only, so a GPU config takes its GPU branch here.
 `deepspeed_effective` is DeepSpeed's DeepSpeedConfig at the run's world size after the
-"auto" values are filled the way accelerate fills them in `prepare`.
+"auto" values are filled the way accelerate fills them in `prepare` (`script_filled`, with
+`tuner compile --verify`'s own filling code).
 """
 
 from __future__ import annotations
 
-import contextlib
+import copy
 import enum
 import json
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 from tests.compiler.helpers import parse_deepspeed
-from tuner.compiler.verify import _environ  # os.environ set for a block, then restored
+from tuner.compiler.verify import (  # _environ: os.environ set for a block, then restored
+    _environ, fill_auto_as_accelerate, ports_free, pretend_cuda)
 
 #: Pretended GPUs per machine while accelerate derives the launch.
 FAKE_GPUS = 8
@@ -27,16 +28,6 @@ FAKE_GPUS = 8
 SCRIPT = {"micro_batch": 2, "hidden_size": 64, "lr": 1e-3, "weight_decay": 0.0, "warmup": 1, "total_steps": 100}
 #: Env variables that name paths or describe how the YAML spelled a choice, not the choice.
 _NOT_A_CHOICE = {"ACCELERATE_DEEPSPEED_CONFIG_FILE", "ACCELERATE_CONFIG_DS_FIELDS"}
-
-
-@contextlib.contextmanager
-def _pretend_cuda():
-    import torch
-
-    with mock.patch.object(torch.cuda, "is_available", return_value=True), \
-            mock.patch.object(torch.cuda, "device_count", return_value=FAKE_GPUS), \
-            mock.patch.object(torch.cuda, "current_device", return_value=0):
-        yield
 
 
 def _plain(value: Any) -> Any:
@@ -70,7 +61,7 @@ def launch_view(yaml_path: Path, cli: tuple[str, ...] = ()) -> dict[str, Any]:
                                          prepare_simple_launcher_cmd_env)
 
     # A busy port on this machine must not change the derived launch (accelerate checks it).
-    with _pretend_cuda(), mock.patch("accelerate.utils.launch.is_port_in_use", return_value=False):
+    with pretend_cuda(FAKE_GPUS), ports_free():
         args = launch_command_parser().parse_args(["--config_file", str(yaml_path), *cli, "train.py"])
         args, defaults, mp_from_config = _validate_launch_command(args)
         if args.use_deepspeed and not args.cpu:
@@ -98,7 +89,7 @@ def launch_view(yaml_path: Path, cli: tuple[str, ...] = ()) -> dict[str, Any]:
         "gpu_ids": args.gpu_ids,
         "env": env,
     }
-    with _environ(full_env), _pretend_cuda():
+    with _environ(full_env), pretend_cuda(FAKE_GPUS):
         if mode == "fsdp":
             from accelerate.utils import FullyShardedDataParallelPlugin
 
@@ -120,41 +111,27 @@ def launch_view(yaml_path: Path, cli: tuple[str, ...] = ()) -> dict[str, Any]:
     return view
 
 
-def accelerate_filled(plugin, world: int, mixed_precision: str | None = None) -> dict[str, Any]:
+def script_filled(plugin, world: int, mixed_precision: str | None = None) -> dict[str, Any]:
     """The DeepSpeed dict accelerate hands to `deepspeed.initialize`, its "auto"s filled the way
-    `Accelerator._prepare_deepspeed` fills them for SCRIPT (a copy; the plugin is left alone)."""
-    import copy
-
+    `Accelerator._prepare_deepspeed` fills them for SCRIPT (a copy; the plugin is left alone).
+    The filling is `tuner compile --verify`'s own (`fill_auto_as_accelerate`); this only says
+    what the test script passes it."""
     plugin = copy.deepcopy(plugin)
-    plugin.set_mixed_precision(mixed_precision or "no")  # what Accelerator() does with the env's value
-    h = SCRIPT["hidden_size"]
     accum = plugin.get_value("gradient_accumulation_steps")
     accum = accum if isinstance(accum, int) else 1
-    micro = plugin.get_value("train_micro_batch_size_per_gpu")
     total = plugin.get_value("train_batch_size")
-    if not isinstance(micro, int):  # the script's dataloader; sized to a fixed global batch if there is one
-        micro = total // (accum * world) if isinstance(total, int) and total % (accum * world) == 0 else SCRIPT["micro_batch"]
-    kwargs = {
-        "gradient_clipping": 1.0,
-        "zero_optimization.stage3_gather_16bit_weights_on_model_save": False,
-        "train_micro_batch_size_per_gpu": micro,
-        "train_batch_size": micro * accum * world,
-        "zero_optimization.reduce_bucket_size": h * h,
-        "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * h * h),
-        "zero_optimization.stage3_param_persistence_threshold": 10 * h,
-        "optimizer.params.lr": SCRIPT["lr"], "optimizer.params.weight_decay": SCRIPT["weight_decay"],
-        "scheduler.params.warmup_min_lr": 0, "scheduler.params.warmup_max_lr": SCRIPT["lr"],
-        "scheduler.params.warmup_num_steps": SCRIPT["warmup"],
-        "scheduler.params.total_num_steps": -(-SCRIPT["total_steps"] // world),
+    # the script's dataloader; sized to a fixed global batch if there is one
+    fixed = isinstance(total, int) and total % (accum * world) == 0
+    filled = fill_auto_as_accelerate(
+        plugin, world, mixed_precision=mixed_precision or "no",  # what Accelerator() does with the env's value
+        micro_batch=total // (accum * world) if fixed else SCRIPT["micro_batch"], accumulation=1,
+        learning_rate=SCRIPT["lr"], weight_decay=SCRIPT["weight_decay"], warmup_steps=SCRIPT["warmup"],
+        total_steps=-(-SCRIPT["total_steps"] // world), hidden_size=SCRIPT["hidden_size"],
         # what the HF Trainer (trl, LLaMA-Factory, axolotl) also fills from TrainingArguments'
         # defaults; accelerate alone refuses these "auto"s, so configs written for the Trainer
         # are judged as the Trainer runs them
-        "optimizer.params.betas": [0.9, 0.999], "optimizer.params.eps": 1e-8,
-    }
-    if accum == 1 and plugin.get_value("gradient_accumulation_steps") == "auto":
-        kwargs["gradient_accumulation_steps"] = 1
-    plugin.deepspeed_config_process(must_match=False, **kwargs)
-    return _fill_remaining_auto(plugin.deepspeed_config)
+        trainer_defaults=True)
+    return _fill_remaining_auto(filled)
 
 
 def _fill_remaining_auto(cfg: Any) -> Any:

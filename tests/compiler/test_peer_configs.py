@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.compiler.helpers import load_accelerate
-from tests.compiler.interop import accelerate_filled, deepspeed_effective, launch_view
+from tests.compiler.interop import script_filled, deepspeed_effective, launch_view
 from tests.conftest import PEER_CONFIGS, REPO
 from tuner.compiler import compile_text
 from tuner.compiler.emit import DECIDED_KEYS, DS_KEYS_FORBIDDEN_WITH_FILE
@@ -125,8 +125,8 @@ def equivalence_problems(theirs: dict, ours: dict, relaxed: frozenset[str] = fro
     problems = [p for p in _diff(t, o) if not _relaxed(p.split(":")[0], relaxed)]
     if t_plugin is not None and o_plugin is not None:
         world = t["num_processes"]
-        te = deepspeed_effective(accelerate_filled(t_plugin, world, theirs["env"].get("ACCELERATE_MIXED_PRECISION")), world)
-        oe = deepspeed_effective(accelerate_filled(o_plugin, world, ours["env"].get("ACCELERATE_MIXED_PRECISION")), world)
+        te = deepspeed_effective(script_filled(t_plugin, world, theirs["env"].get("ACCELERATE_MIXED_PRECISION")), world)
+        oe = deepspeed_effective(script_filled(o_plugin, world, ours["env"].get("ACCELERATE_MIXED_PRECISION")), world)
         problems += [p for p in _diff(_no_offload_is_none(te), _no_offload_is_none(oe), "deepspeed")
                      if not _relaxed(p.split(":")[0].removeprefix("deepspeed."), relaxed)]
     return problems
@@ -223,7 +223,7 @@ def test_deepspeed_json_imports_to_the_same_effective_config(path, tmp_path, mon
         "deepspeed_config": {"deepspeed_config_file": str(path)}}))
     try:
         theirs = launch_view(theirs_yaml)
-        deepspeed_effective(accelerate_filled(theirs["deepspeed_plugin"], world), world)
+        deepspeed_effective(script_filled(theirs["deepspeed_plugin"], world), world)
     except Exception as exc:  # DeepSpeed's own config models, or accelerate's "auto" filling, refuse it
         # tuner may refuse it too (its rules follow DeepSpeed's models), or import it as written
         pytest.skip(f"accelerate/DeepSpeed refuse this file as it is: {type(exc).__name__}: {str(exc)[:200]}")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tuner.compiler.hardware import GIB, GpuInfo, HardwareFacts
 from tuner.tui.app import WizardApp
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -17,13 +18,14 @@ from tuner.tui.fields import dom_id
 from tuner.tui.model import WizardState
 from tuner.tui.services import ServiceUnavailable, Services, Templates
 
-#: What a fake `tuner doctor` reports: two 80 GiB GPUs on CUDA.
-FAKE_FACTS = {
-    "platform": "cuda",
-    "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.6, "capability": "9.0", "bf16": True}] * 2,
-    "host_memory_gib": 503.7,
-    "cpu_count": 32,
-}
+#: What a fake `tuner doctor` reports: two 80 GiB GPUs on CUDA (its own HardwareFacts, as a dict).
+FAKE_FACTS = HardwareFacts(
+    platform="cuda",
+    gpus=[GpuInfo(index=i, name="NVIDIA H100 80GB HBM3", memory_bytes=int(79.6 * GIB), compute_capability="9.0",
+                  bf16=True) for i in range(2)],
+    host_memory_bytes=int(503.7 * GIB),
+    cpu_cores=32,
+).to_dict()
 
 FAKE_ESTIMATE = "per GPU: 3.1 GiB of 79.6 GiB (fake estimate for the snapshots)"
 
@@ -31,8 +33,8 @@ FAKE_BLOCKS = {
     "classes": [
         {"name": "LlamaDecoderLayer", "parameters": 1_200_000, "occurrences": 2,
          "sample_paths": ["model.layers.0"]},
-        {"name": "LlamaAttention", "total_params": 500_000, "occurrences": 2, "sample_paths": ["model.layers.0.self_attn"]},
-        {"name": "Embedding", "total_params": 262_144, "occurrences": 1, "sample_paths": ["model.embed_tokens"]},
+        {"name": "LlamaAttention", "parameters": 500_000, "occurrences": 2, "sample_paths": ["model.layers.0.self_attn"]},
+        {"name": "Embedding", "parameters": 262_144, "occurrences": 1, "sample_paths": ["model.embed_tokens"]},
     ],
     "no_split_modules": ["LlamaDecoderLayer"],
     "suggested": ["LlamaDecoderLayer"],

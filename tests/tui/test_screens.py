@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from tuner.compiler.block_cache import ClassStat, DetectionResult
 from tuner.tui.blocks import parse_detection
 from tuner.tui.services import ServiceUnavailable
 
@@ -56,10 +57,16 @@ async def test_block_detection_unavailable_says_so(tmp_path, _wizard_env):
         assert app.state.value("fsdp.transformer_layer_cls_to_wrap") == []
 
 
-def test_parse_detection_accepts_a_mapping_of_classes():
-    classes, no_split, suggestions, cached = parse_detection(
-        {"module_classes": {"Block": {"params": 10, "count": 2}}, "_no_split_modules": ["Block"]})
-    assert classes[0]["name"] == "Block" and classes[0]["occurrences"] == 2 and no_split == ["Block"]
+def test_parse_detection_reads_block_detections_own_result():
+    result = DetectionResult(
+        model="builtin:tiny-llama", family="causal_lm", flavour="", library="transformers",
+        model_class="LlamaForCausalLM", total_parameters=30,
+        classes=[ClassStat(name="Block", module="m", parameters=20, occurrences=2, per_instance=10,
+                           sample_paths=["layers.0"])],
+        no_split_modules=["Block"], suggested=["Block"], cached=True)
+    classes, no_split, suggestions, cached = parse_detection(result.to_dict())
+    assert classes == [{"name": "Block", "params": 20, "occurrences": 2, "paths": ["layers.0"]}]
+    assert (no_split, suggestions, cached) == (["Block"], ["Block"], True)
     assert parse_detection(FAKE_BLOCKS)[2] == ["LlamaDecoderLayer"]
 
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from tuner.compiler import compile_text
 from tuner.compiler.diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, render_text
-from tuner.compiler.files import describe_os_error
+from tuner.compiler.files import describe_os_error, write_atomic
 from tuner.compiler.importer import ImportError_, import_files, to_toml
 
 
@@ -38,7 +36,7 @@ def run(args) -> int:
         return EXIT_USAGE
     result = compile_text(text, path=out.resolve())
     try:
-        _write(out, text)
+        write_atomic(out, text)
     except OSError as exc:
         print(f"{out}: error: cannot write: {describe_os_error(exc)}", file=sys.stderr)
         return EXIT_USAGE
@@ -53,19 +51,3 @@ def run(args) -> int:
               file=sys.stderr)
         return EXIT_INVALID
     return EXIT_OK
-
-
-def _write(out: Path, text: str) -> None:
-    """Write atomically (temporary file + rename); nothing is left behind on failure."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-            os.fchmod(fh.fileno(), 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
