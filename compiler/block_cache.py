@@ -90,7 +90,7 @@ class DetectionResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DetectionResult":
+    def from_dict(cls, data: dict[str, Any]) -> DetectionResult:
         data = dict(data)
         data["classes"] = [ClassStat(**c) for c in data.get("classes", [])]
         known = {f for f in cls.__dataclass_fields__}
@@ -146,7 +146,8 @@ def model_config_file(path: str | os.PathLike, flavour: str = "") -> Path | None
     if (p / "config.json").is_file():
         return p / "config.json"
     if (p / "model_index.json").is_file():
-        order = ("transformer", "unet") if "transformer" in (flavour or "") or "dit" in (flavour or "") else ("unet", "transformer")
+        transformer_first = "transformer" in (flavour or "") or "dit" in (flavour or "")
+        order = ("transformer", "unet") if transformer_first else ("unet", "transformer")
         for sub in order:
             if (p / sub / "config.json").is_file():
                 return p / sub / "config.json"

@@ -87,8 +87,12 @@ def _comm_env(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _paths(build_dir: Path) -> str:
-    return (f'build_dir="${{TUNER_BUILD_DIR:-{shlex.quote(str(build_dir))}}}"\n'
+def _paths(build_dir: Path | None) -> str:
+    """The build directory: launch.sh lives in it, so it names its own folder and the build
+    can be copied anywhere (build_dir None). Slurm runs a spooled copy of the batch script, so
+    slurm.sbatch names the build directory it was compiled into."""
+    default = '$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)' if build_dir is None else shlex.quote(str(build_dir))
+    return (f'build_dir="${{TUNER_BUILD_DIR:-{default}}}"\n'
             'python="${TUNER_PYTHON:-python3}"\n')
 
 
@@ -111,7 +115,7 @@ def launch_sh(s: Settings, plan: Plan, build_dir: Path) -> str:
         "fi\n"
         'machine_rank="$1"\n'
         "shift\n"
-        + _paths(build_dir)
+        + _paths(None)
         + _comm_env(plan)
         + 'if [ "$#" -gt 0 ]; then\n'
         '    exec "$python" -m tuner launch --machine-rank "$machine_rank" "$build_dir" "$@"\n'

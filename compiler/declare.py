@@ -18,8 +18,9 @@ import copy
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 #: The dataclass field metadata key under which a field's `Setting` is stored.
 META = "tuner"

@@ -309,8 +309,8 @@ def _stage(out_dir: Path, files: dict[str, str]) -> list[tuple[str, Path]]:
     staged: list[tuple[str, Path]] = []
     try:
         for name, text in files.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
-            staged.append((name, Path(tmp)))  # before writing: a failed write is cleaned up too
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
+            staged.append((name, Path(tmp_name)))  # before writing: a failed write is cleaned up too
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
                 fh.write(text)
                 fh.flush()
@@ -333,11 +333,11 @@ def _commit(out_dir: Path, staged: list[tuple[str, Path]]) -> None:
             target = out_dir / name
             backups[name] = None
             if target.is_file():
-                backup = out_dir / f".{name}.{os.getpid()}.bak.tmp"
-                backup.unlink(missing_ok=True)
+                link = out_dir / f".{name}.{os.getpid()}.bak.tmp"
+                link.unlink(missing_ok=True)
                 try:
-                    os.link(target, backup)
-                    backups[name] = backup
+                    os.link(target, link)
+                    backups[name] = link
                 except OSError:
                     pass  # a file system without hard links: no rollback for this file
         done: list[str] = []

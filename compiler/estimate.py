@@ -26,10 +26,23 @@ from pathlib import Path
 from .estimate_activations import activation_bytes  # noqa: F401 - public
 from .estimate_advice import advise, host_advice, recommend  # noqa: F401 - public
 from .estimate_lora import lora_trainable
-from .estimate_memory import (COMPARED, DS_PERSISTENCE_THRESHOLD, DS_PREFETCH_BUCKET,  # noqa: F401 - public
-                              DS_REDUCE_BUCKET, GIB, GPU_MARGIN, GPU_OVERHEAD_BYTES, HOST_OVERHEAD_PER_RANK,
-                              LABELS, OPTIMIZER_STATE_BYTES, Bytes, StrategyEstimate, StrategyOptions,
-                              estimate_strategy, options_for)
+from .estimate_memory import (  # noqa: F401 - public
+    COMPARED,
+    DS_PERSISTENCE_THRESHOLD,
+    DS_PREFETCH_BUCKET,
+    DS_REDUCE_BUCKET,
+    GIB,
+    GPU_MARGIN,
+    GPU_OVERHEAD_BYTES,
+    HOST_OVERHEAD_PER_RANK,
+    LABELS,
+    OPTIMIZER_STATE_BYTES,
+    Bytes,
+    StrategyEstimate,
+    StrategyOptions,
+    estimate_strategy,
+    options_for,
+)
 from .estimate_model import ModelSize, model_size, resolve_model_path
 from .estimate_report import Estimate, fits, fmt_count, gib  # noqa: F401 - public
 from .estimate_shapes import analytic_count, analytic_shapes  # noqa: F401 - public

@@ -16,7 +16,7 @@ In order, the first that applies:
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .estimate_memory import COMPARED, StrategyEstimate
 from .estimate_report import Estimate, fits, gib, label
@@ -127,9 +127,9 @@ def advise(est: Estimate, strategy: str, machines: int, rerun: Rerun) -> None:
         return
     est.recommendation_line = "nothing fits at any number of machines"
     at_scale = [rerun(name, MAX_MACHINES, efficient_loading=True) for name in SCALABLE]
-    best = min(at_scale, key=lambda r: r.device.total)
-    if best.fits_gpu is False:
-        fixed = best.device.activations + best.device.overhead
+    smallest = min(at_scale, key=lambda r: r.device.total)
+    if smallest.fits_gpu is False:
+        fixed = smallest.device.activations + smallest.device.overhead
         est.advice.append(f"activations and the CUDA context need {gib(fixed)} per GPU whatever the sharding: "
                           "enable training.gradient_checkpointing, lower training.micro_batch_size or "
                           "data.seq_len / data.resolution, or split the sequence (context_parallel.size)")

@@ -24,6 +24,7 @@ import socket
 import tempfile
 import warnings
 from dataclasses import asdict, dataclass, field, fields
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,7 @@ class HardwareFacts:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "HardwareFacts":
+    def from_dict(cls, data: dict[str, Any]) -> HardwareFacts:
         """Facts from a parsed JSON object; ValueError when a field has the wrong type."""
         _check_types(cls, data)
         known = {f.name for f in fields(cls)}
@@ -130,14 +131,14 @@ class HardwareFacts:
         return cls(**kwargs)
 
     @classmethod
-    def from_json(cls, text: str) -> "HardwareFacts":
+    def from_json(cls, text: str) -> HardwareFacts:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("hardware facts must be a JSON object")
         return cls.from_dict(data)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "HardwareFacts":
+    def load(cls, path: str | PathLike[str]) -> HardwareFacts:  # `os` is a field here
         """Facts from a file; `files.FileError` when it cannot be read, ValueError when it
         is not a facts file."""
         from .files import load_json

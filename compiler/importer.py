@@ -120,9 +120,9 @@ def to_toml(imp: Imported) -> str:
     if imp.not_distributed:
         doc.add(tomlkit.nl())
         doc.add(tomlkit.comment("Not about distributed training, not imported (for your own trainer):"))
-        for src, keys in imp.not_distributed.items():
+        for src, source_keys in imp.not_distributed.items():
             doc.add(tomlkit.comment(f"  from {src}:"))
-            for key, value in sorted(keys.items()):
+            for key, value in sorted(source_keys.items()):
                 doc.add(tomlkit.comment(f"  {key} = {json.dumps(value, default=str, ensure_ascii=False)}"))
     return tomlkit.dumps(doc)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from .declare import Setting, declared
@@ -96,7 +96,7 @@ def index() -> SchemaIndex:
     return SchemaIndex(sections, keys, aliases)
 
 
-@lru_cache(maxsize=None)
+@cache
 def accelerate_names(block: str = "") -> dict[str, str]:
     """accelerate's key names in one block of its config (``""`` for the top level,
     ``"fsdp_config"``, ``"deepspeed_config"``, ``"parallelism_config"``) -> canonical key,

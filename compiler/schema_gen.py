@@ -63,7 +63,8 @@ def settings_schema() -> dict[str, Any]:
     schema = dict(_HEADER, properties={})
     by_section: dict[str, dict[str, Any]] = {}
     for name, cls in sections(Settings).items():
-        by_section[name] = {"type": "object", "title": cls.title, "description": " ".join((cls.__doc__ or "").split()),
+        by_section[name] = {"type": "object", "title": getattr(cls, "title", name),
+                            "description": " ".join((cls.__doc__ or "").split()),
                             "additionalProperties": False, "properties": {}, "default": {}}
     for key in declared(Settings):
         by_section[key.section]["properties"][key.name] = key_property(key)

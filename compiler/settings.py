@@ -12,12 +12,23 @@ tuner typed access to resolved settings.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, cast
 
-from .sections import (AccelerateSettings, CheckpointSettings, ClusterSettings, ContextParallelSettings, DataSettings,
-                       DeepspeedSettings, FsdpSettings, HardwareSettings, ModelSettings, OutputSettings,
-                       TrainingSettings)
+from .sections import (
+    AccelerateSettings,
+    CheckpointSettings,
+    ClusterSettings,
+    ContextParallelSettings,
+    DataSettings,
+    DeepspeedSettings,
+    FsdpSettings,
+    HardwareSettings,
+    ModelSettings,
+    OutputSettings,
+    TrainingSettings,
+)
 
 __all__ = ["AccelerateSettings", "CheckpointSettings", "ClusterSettings", "ContextParallelSettings", "DataSettings",
            "DeepspeedSettings", "FsdpSettings", "HardwareSettings", "ModelSettings", "OutputSettings", "Settings",
@@ -41,10 +52,10 @@ class Settings:
     cluster: ClusterSettings = field(default_factory=ClusterSettings)
 
     @classmethod
-    def from_dict(cls, data: dict[str, dict[str, Any]]) -> "Settings":
+    def from_dict(cls, data: dict[str, dict[str, Any]]) -> Settings:
         kwargs = {}
         for f in fields(cls):
-            section_cls = f.default_factory  # type: ignore[misc]
+            section_cls = cast(Callable[..., Any], f.default_factory)  # each section's class
             kwargs[f.name] = section_cls(**data.get(f.name, {}))
         return cls(**kwargs)
 

@@ -42,7 +42,8 @@ class TrainingSettings:
         help="Weight decay.")
     lr_scheduler: str = setting(
         "constant", aliases=("lr_scheduler",),
-        choices=("constant", "linear", "cosine", "constant_with_warmup", "polynomial", "cosine_with_restarts", "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay"),
+        choices=("constant", "linear", "cosine", "constant_with_warmup", "polynomial", "cosine_with_restarts",
+                 "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay"),
         step="precision", order=7,
         help="LR schedule (transformers.get_scheduler's names).")
     warmup_steps: int = setting(

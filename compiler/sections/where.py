@@ -67,7 +67,9 @@ class AccelerateSettings:
         help="An existing accelerate YAML to merge into; its other keys survive.")
     dynamo_backend: str = setting(
         "no", aliases=("dynamo_backend",),
-        choices=("no", "eager", "aot_eager", "inductor", "aot_ts_nvfuser", "nvprims_nvfuser", "cudagraphs", "ofi", "fx2trt", "onnxrt", "tensorrt", "aot_torchxla_trace_once", "torchxla_trace_once", "tvm", "hpu_backend", "neuron"),
+        choices=("no", "eager", "aot_eager", "inductor", "aot_ts_nvfuser", "nvprims_nvfuser", "cudagraphs",
+                 "ofi", "fx2trt", "onnxrt", "tensorrt", "aot_torchxla_trace_once", "torchxla_trace_once", "tvm",
+                 "hpu_backend", "neuron"),
         step="hardware",
         help="torch dynamo backend accelerate applies.")
     parallelism_config: dict[str, Any] = setting(

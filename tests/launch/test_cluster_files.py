@@ -92,20 +92,23 @@ def test_one_machine_builds_without_a_scheduler_have_no_launch_files(tmp_path):
 
 def test_launch_sh_starts_the_machine_it_is_given(tmp_path):
     """Run launch.sh with a stand-in Python that prints its arguments: the machine rank goes
-    before the build directory, a script and its own flags after it."""
+    before the build directory, a script and its own flags after it. The build directory is
+    the folder launch.sh is in, wherever the build was copied, whatever the caller's cwd."""
     r = _compile(tmp_path, "cpu-bare")
-    (tmp_path / "launch.sh").write_text(r.files[cluster.LAUNCH_SH])
+    copied = tmp_path / "elsewhere" / "the build"
+    copied.mkdir(parents=True)
+    (copied / "launch.sh").write_text(r.files[cluster.LAUNCH_SH])
     fake = tmp_path / "fakepython"
     fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
     fake.chmod(0o755)
     env = {"PATH": "/usr/bin:/bin", "TUNER_PYTHON": str(fake)}
 
     def argv(*args):
-        p = subprocess.run(["bash", str(tmp_path / "launch.sh"), *args], capture_output=True, text=True,
-                           env=env, timeout=30)
+        p = subprocess.run(["bash", str(copied / "launch.sh"), *args], capture_output=True, text=True,
+                           env=env, timeout=30, cwd="/")
         return p.returncode, p.stdout.split("\n")[:-1], p.stderr
 
-    build = str(tmp_path / "build")
+    build = str(copied)
     assert argv("1")[1] == ["-m", "tuner", "run", "--machine-rank", "1", build]
     assert argv("0", "train.py", "--machine-rank", "9")[1] == [
         "-m", "tuner", "launch", "--machine-rank", "0", build, "train.py", "--machine-rank", "9"]
