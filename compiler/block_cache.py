@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -240,22 +239,10 @@ def _read() -> dict[str, Any]:
 
 
 def _write(entries: dict[str, Any]) -> None:
-    path = cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from .files import write_atomic
+
     payload = json.dumps({"version": CACHE_VERSION, "entries": entries}, indent=1, sort_keys=True)
-    fd, tmp = tempfile.mkstemp(prefix=".fsdp_block_cache.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(cache_path(), payload)
 
 
 def get(model: str, family: str, flavour: str = "") -> DetectionResult | None:

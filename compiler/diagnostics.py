@@ -19,6 +19,8 @@ EXIT_OK = 0
 """Success (warnings allowed)."""
 EXIT_INVALID = 1
 """The settings (or an imported config) are invalid: the diagnostics say what to fix."""
+EXIT_RANK_FAILED = 1
+"""`tuner run` / `tuner launch`: a rank failed (or the rendezvous did); the message names it."""
 EXIT_USAGE = 2
 """A usage or I/O error: bad arguments, a missing or unreadable file, a full or read-only disk,
 a refused output directory, a run already using the output directory, a rank's user error."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import tempfile
 import warnings
 from dataclasses import asdict, dataclass, field, fields
 from os import PathLike
@@ -283,13 +282,9 @@ def local_facts() -> HardwareFacts | None:
 
 def save(facts: HardwareFacts) -> Path:
     """Keep the facts for the compiler (atomically, in the cache directory)."""
-    path = facts_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".hardware_facts.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(facts.to_json())
-    os.replace(tmp, path)
-    return path
+    from .files import write_atomic
+
+    return write_atomic(facts_path(), facts.to_json())
 
 
 def host_memory_bytes() -> tuple[int, int]:

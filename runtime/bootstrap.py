@@ -26,10 +26,12 @@ import runpy
 import sys
 from datetime import timedelta
 
+from tuner.compiler.diagnostics import EXIT_USAGE
+
 
 def _usage() -> int:
     print("usage: python -m tuner.runtime.bootstrap BUILD_DIR (SCRIPT | -m MODULE) [ARGS...]", file=sys.stderr)
-    return 2
+    return EXIT_USAGE
 
 
 def main(argv: list[str] | None = None) -> int:

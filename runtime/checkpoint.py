@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -269,12 +268,9 @@ def publish(ckdir: Path, tmp: Path, meta: CheckpointMeta) -> Path:
 
 
 def write_latest(ckdir: Path, name: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".latest.", dir=ckdir)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(name + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, ckdir / LATEST)
+    from tuner.compiler.files import write_atomic
+
+    write_atomic(ckdir / LATEST, name + "\n")
 
 
 def prune(ckdir: Path, keep_last: int) -> list[Path]:

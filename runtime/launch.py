@@ -33,6 +33,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tuner.compiler.diagnostics import EXIT_OK, EXIT_RANK_FAILED, EXIT_USAGE
+
 from .artefacts import Artefacts
 from .launch_env import Topology, accelerate_env, config_flags, free_port
 
@@ -175,9 +177,9 @@ def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
         if isinstance(exc, RendezvousError):
             print(f"{entry.command}: rendezvous at {endpoint} failed ({type(exc).__name__}: {exc}); "
                   f"every machine must run with the same build and reach machine 0 there", file=sys.stderr)
-            return 1
+            return EXIT_RANK_FAILED
         raise
-    return 0
+    return EXIT_OK
 
 
 def launch_config(topo: Topology, nproc: int, endpoint: str, run_id: str):
@@ -223,11 +225,11 @@ def _report_failure(entry: Entry, exc) -> int:
     failures = exc.failures or {}
     if not failures:
         print(f"{entry.command}: a rank failed", file=sys.stderr)
-        return 1
+        return EXIT_RANK_FAILED
     first_rank, first = min(failures.items(), key=lambda kv: kv[1].timestamp)
     codes = sorted({f.exitcode for f in failures.values()})
     if entry.module == "tuner.runtime.worker" and all(f.exitcode == 2 for f in failures.values()):
-        return 2  # a user error, already printed by rank 0
+        return EXIT_USAGE  # a user error, already printed by rank 0
     desc = f"killed by signal {first.signal_name()}" if first.exitcode < 0 else f"exit code {first.exitcode}"
     print(f"{entry.command}: rank {first_rank} failed ({desc}); the run was stopped on every rank "
           f"(exit codes {codes}). See the rank's output above.", file=sys.stderr)

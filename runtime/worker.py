@@ -15,6 +15,8 @@ import errno
 import os
 import sys
 
+from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
+
 
 def _shutdown() -> None:
     """Leave after a successful run without C++ teardown races.
@@ -71,8 +73,8 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> int:
         where = getattr(exc, "filename", None) or (str(arts.output_dir) if "arts" in locals() else args.build_dir)
         print(f"tuner run: rank {rank}: No space left on device writing {where}; free space there or set "
               "output.dir to a larger disk, then resume with --resume latest", file=sys.stderr, flush=True)
-        return 2
-    return 0
+        return EXIT_USAGE
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from tuner.compiler.files import write_atomic
+
 
 class ServiceUnavailable(Exception):
     """The service's module is not installed or not written yet."""
@@ -44,7 +46,7 @@ def detect_blocks(model: str, family: str | None, flavour: str, refresh: bool) -
     """Block detection as a plain dict (imports torch: call it in a worker thread)."""
     detect = _load("tuner.runtime.blocks", "detect", "Block detection")
     result = detect(model, family=family, flavour=flavour, refresh=refresh)
-    return result.to_dict() if hasattr(result, "to_dict") else dict(result)
+    return result.to_dict()
 
 
 def clear_detection_cache() -> Any:
@@ -110,10 +112,7 @@ class Templates:
 
     def save(self, name: str, values: dict[str, Any]) -> Path:
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name.strip()).strip("-.") or "template"
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / f"{safe}.json"
-        path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        return path
+        return write_atomic(self.directory / f"{safe}.json", json.dumps(values, indent=2, sort_keys=True) + "\n")
 
     def load(self, name: str) -> dict[str, Any]:
         return json.loads((self.directory / f"{name}.json").read_text(encoding="utf-8"))

@@ -5,18 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..diagnostics import EXIT_INVALID, EXIT_USAGE
+
 
 class ImportError_(Exception):
     """A source cannot be read (exit 2: an I/O or parse problem)."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class ImportRefused(ImportError_):
     """A source was read but tuner will not import it: an unrecognised format, or a choice
     tuner has no equivalent for (exit 1, like invalid settings). Nothing is written."""
 
-    exit_code = 1
+    exit_code = EXIT_INVALID
 
 
 @dataclass

@@ -15,18 +15,23 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from tuner.compiler import builtin_models
+
 from .base import Family, FamilyContext, FamilyError, read_jsonl
 from .lora import apply_lora
 
-#: Tiny configurations built locally (no download). Sizes are Llama config fields.
-BUILTIN: dict[str, dict[str, Any]] = {
-    "tiny-llama": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                       num_key_value_heads=4),
-    "micro-llama": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                        num_key_value_heads=2),
-    "small-llama": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=8,
-                        num_key_value_heads=8),
-}
+#: The Llama config fields a built-in (compiler/builtin_models.py, the one registry) gives its
+#: shape by; the rest (vocabulary, special tokens) comes from the bundled tokenizer.
+SHAPE_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+
+
+def builtin_shape(name: str) -> dict[str, Any]:
+    """The registry's shape of a causal-LM built-in; FamilyError for any other name."""
+    entry = builtin_models.TINY_CONFIGS.get(name)
+    if entry is None or entry["family"] != "causal_lm":
+        choices = [n for n, e in builtin_models.TINY_CONFIGS.items() if e["family"] == "causal_lm"]
+        raise FamilyError(f"unknown builtin model {name!r}; choose one of: {', '.join(choices)}")
+    return {k: entry["config"][k] for k in SHAPE_FIELDS}
 
 
 def bundled_dir() -> Path:
@@ -34,10 +39,11 @@ def bundled_dir() -> Path:
 
 
 def _builtin_name(path: str) -> str | None:
+    default = builtin_models.DEFAULT_BY_FAMILY["causal_lm"]
     if path == "builtin":
-        return "tiny-llama"
+        return default
     if path.startswith("builtin:"):
-        return path.split(":", 1)[1] or "tiny-llama"
+        return path.split(":", 1)[1] or default
     return None
 
 
@@ -103,13 +109,11 @@ class CausalLMFamily(Family):
         d = self._model_dir()
         if d is not None:
             return AutoConfig.from_pretrained(str(d))
-        name = _builtin_name(self.settings.model.path)
-        if name not in BUILTIN:
-            raise FamilyError(f"unknown builtin model {name!r}; choose one of: {', '.join(BUILTIN)}")
+        shape = builtin_shape(_builtin_name(self.settings.model.path) or "")
         tok = self.tokenizer()
         return LlamaConfig(vocab_size=len(tok), max_position_embeddings=max(512, self.settings.data.seq_len),
                            tie_word_embeddings=False, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                           pad_token_id=tok.pad_token_id, **BUILTIN[name])
+                           pad_token_id=tok.pad_token_id, **shape)
 
     def build_model(self, meta: bool = False):
         import torch

@@ -6,18 +6,32 @@ from __future__ import annotations
 
 from tests.conftest import run_tuner
 from tuner.compiler import builtin_models
-from tuner.runtime.families.causal_lm import BUILTIN as CAUSAL_LM_BUILTIN
-from tuner.runtime.families.diffusion.denoiser import DEFAULT_BY_FLAVOUR
+import pytest
+
+from tuner.runtime.families.base import FamilyError
+from tuner.runtime.families.causal_lm import builtin_shape
+from tuner.runtime.families.diffusion.denoiser import DEFAULT_BY_FLAVOUR, tiny_denoiser_config
 
 
-def test_every_builtin_the_runtime_builds_is_in_the_registry():
-    """Until the families read the registry alone, their own tables must name only its models,
-    with its shapes (the registry is what the torch-free estimate and block cache trust)."""
-    names = set(builtin_models.names())
-    assert set(DEFAULT_BY_FLAVOUR.values()) <= names
-    for name, shape in CAUSAL_LM_BUILTIN.items():
-        config = builtin_models.config_dict(name)
-        assert {k: config[k] for k in shape} == shape, name
+def test_the_families_build_their_builtins_from_the_registry():
+    """The families keep no table of their own: each built-in they build is the registry's
+    entry (what the torch-free estimate and block cache trust), and a name the registry does
+    not give their family is refused, listing the registry's names."""
+    assert set(DEFAULT_BY_FLAVOUR.values()) <= set(builtin_models.names())
+    for name in builtin_models.names():
+        entry = builtin_models.get(name)
+        if entry["family"] == "causal_lm":
+            assert builtin_shape(name).items() <= entry["config"].items(), name
+        elif entry["family"] == "diffusion":
+            cfg = tiny_denoiser_config(name, resolution=24)
+            assert cfg["sample_size"] == 24 and cfg["in_channels"] == 3  # pixel space, at data.resolution
+            kept = {k: v for k, v in entry["config"].items()
+                    if k not in ("sample_size", "in_channels", "out_channels", "pos_embed_max_size")}
+            assert kept.items() <= cfg.items(), name
+    with pytest.raises(FamilyError, match="tiny-llama"):
+        builtin_shape("tiny-bert")
+    with pytest.raises(FamilyError, match="tiny-unet"):
+        tiny_denoiser_config("tiny-llama", resolution=16)
 
 
 def test_estimate_and_blocks_accept_the_sd3_builtin_that_run_trains(tmp_path):

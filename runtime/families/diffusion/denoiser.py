@@ -4,30 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from tuner.compiler import builtin_models
+
 from ..base import FamilyError
 
 #: Subfolder names a diffusers pipeline folder uses for the denoiser.
 DENOISER_DIRS = ("unet", "transformer")
 
-#: Built-ins this family trains, beside the shared registry (tiny_configs): a text-
-#: conditioned transformer with flow matching (SD3 architecture).
-TINY_SD3 = {
-    "_class_name": "SD3Transformer2DModel", "sample_size": 32, "patch_size": 2, "in_channels": 3,
-    "out_channels": 3, "num_layers": 2, "attention_head_dim": 16, "num_attention_heads": 2,
-    "joint_attention_dim": 32, "caption_projection_dim": 32, "pooled_projection_dim": 32,
-    "pos_embed_max_size": 32,
-}
-#: Fallback shapes when the shared registry is absent (same as its entries).
-_FALLBACK = {
-    "tiny-unet": {"_class_name": "UNet2DConditionModel", "sample_size": 16, "in_channels": 4, "out_channels": 4,
-                  "block_out_channels": [32, 64], "down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D"],
-                  "up_block_types": ["CrossAttnUpBlock2D", "UpBlock2D"], "layers_per_block": 1,
-                  "cross_attention_dim": 32, "attention_head_dim": 8, "norm_num_groups": 8},
-    "tiny-dit": {"_class_name": "DiTTransformer2DModel", "num_attention_heads": 2, "attention_head_dim": 16,
-                 "in_channels": 4, "out_channels": 4, "num_layers": 2, "sample_size": 16, "patch_size": 2,
-                 "num_embeds_ada_norm": 10, "norm_num_groups": 8},
-}
-DEFAULT_BY_FLAVOUR = {"unet": "tiny-unet", "transformer": "tiny-dit", "dit": "tiny-dit", "sd3": "tiny-sd3", "": "tiny-unet"}
+#: `model.path = "builtin"` picks by flavour, from the one registry (compiler/builtin_models.py).
+DEFAULT_BY_FLAVOUR = {**builtin_models.DEFAULT_BY_DIFFUSION_FLAVOUR, "": builtin_models.DEFAULT_BY_FAMILY["diffusion"]}
 
 
 
@@ -45,19 +30,11 @@ def kind_of(class_name: str) -> str:
 
 def tiny_denoiser_config(name: str, resolution: int) -> dict[str, Any]:
     """A built-in config in pixel space (3 channels) at ``data.resolution``."""
-    if name == "tiny-sd3":
-        cfg = dict(TINY_SD3)
-    else:
-        try:
-            from tuner.compiler import builtin_models as tiny_configs
-
-            cfg = tiny_configs.config_dict(name)
-        except (ImportError, KeyError):
-            if name not in _FALLBACK:
-                raise FamilyError(f"unknown built-in diffusion model {name!r}: tiny-unet, tiny-dit or tiny-sd3") from None
-            cfg = dict(_FALLBACK[name])
-        if cfg.get("_class_name", "").startswith(("UNet", "DiT", "SD3")) is False:
-            raise FamilyError(f"builtin:{name} is not a diffusion denoiser")
+    entry = builtin_models.TINY_CONFIGS.get(name)
+    if entry is None or entry["family"] != "diffusion":
+        choices = [n for n, e in builtin_models.TINY_CONFIGS.items() if e["family"] == "diffusion"]
+        raise FamilyError(f"unknown built-in diffusion model {name!r}: {', '.join(choices)}")
+    cfg = builtin_models.config_dict(name)
     cfg["in_channels"] = cfg["out_channels"] = 3  # pixel space: no VAE to build or train
     cfg["sample_size"] = resolution
     if "pos_embed_max_size" in cfg:
