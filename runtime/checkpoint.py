@@ -47,6 +47,9 @@ class CheckpointMeta:
     family: str = "causal_lm"
     manifest: dict[str, Any] = field(default_factory=dict)
     """The run's manifest, so a checkpoint can be exported on its own."""
+    files: dict[str, int] = field(default_factory=dict)
+    """Every file of the checkpoint rank 0 saw when it was published -> its size in bytes, so a
+    truncated state file is found before any rank starts (not by a rank failing to load it)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -61,7 +64,7 @@ def step_dir_name(step: int) -> str:
 
 
 _META_TYPES = {"step": int, "strategy": str, "state_dict_type": str, "world_size": int, "epoch": int,
-               "batches_in_epoch": int, "tokens_seen": int, "family": str, "manifest": dict}
+               "batches_in_epoch": int, "tokens_seen": int, "family": str, "manifest": dict, "files": dict}
 _META_REQUIRED = ("step", "strategy", "state_dict_type", "world_size")
 
 
@@ -90,7 +93,26 @@ def meta_problem(ckpt: Path) -> str | None:
             return f"{META}: {key} is {value!r}"
     if set(data) - set(_META_TYPES):
         return f"{META}: unknown keys {', '.join(sorted(set(data) - set(_META_TYPES)))}"
-    return _state_problem(ckpt, data["strategy"])
+    return _state_problem(ckpt, data["strategy"]) or _size_problem(ckpt, data.get("files", {}))
+
+
+def _size_problem(ckpt: Path, files: dict[str, Any]) -> str | None:
+    """A recorded file that is now a different size (truncated by a full disk or a copy cut
+    short). A recorded file that is absent is not judged here: on machines without a shared
+    file system each holds only its own ranks' files (`_state_problem` checks what must be)."""
+    for rel, size in sorted(files.items()):
+        path = ckpt / rel
+        if not isinstance(size, int) or ".." in Path(rel).parts:
+            return f"{META}: files[{rel!r}] is {size!r}"
+        if path.is_file() and path.stat().st_size != size:
+            return f"{rel} is {path.stat().st_size} bytes; it had {size} when the checkpoint was saved (truncated?)"
+    return None
+
+
+def file_sizes(folder: Path) -> dict[str, int]:
+    """Relative path -> size of every file below `folder` (the checkpoint's record excepted)."""
+    return {p.relative_to(folder).as_posix(): p.stat().st_size
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != META}
 
 
 def _state_problem(ckpt: Path, strategy: str) -> str | None:
@@ -258,6 +280,7 @@ def remove_partial(ckdir: Path) -> list[Path]:
 
 def publish(ckdir: Path, tmp: Path, meta: CheckpointMeta) -> Path:
     """Rank 0, after every rank finished writing into `tmp`: meta, rename, move `latest`."""
+    meta.files = file_sizes(tmp)
     (tmp / META).write_text(meta.to_json(), encoding="utf-8")
     final = ckdir / step_dir_name(meta.step)
     if final.exists():  # a re-run of the same step (resume from an earlier one)

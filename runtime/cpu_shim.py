@@ -80,6 +80,14 @@ def cpu_type(plan_type: str) -> str:
     return "MULTI_CPU" if plan_type == "MULTI_GPU" else plan_type
 
 
+def accepted_types(plan_type: str) -> set[str]:
+    """What accelerate may report for the plan on CPU ranks. A one-process plan (NO) still
+    runs as one rank started by torch's elastic launcher, and accelerate reads that rank's
+    environment (WORLD_SIZE=1, LOCAL_RANK=0) as MULTI_CPU: the same training, one process."""
+    want = cpu_type(plan_type)
+    return {want, "MULTI_CPU"} if want == "NO" else {want}
+
+
 def install(strategy: str, plan_type: str | None = None) -> None:
     """Correct every `Accelerator` built in this process from now on (idempotent)."""
     from accelerate import Accelerator
@@ -132,7 +140,8 @@ def verify(accelerator: Any, plan_type: str) -> None:
     want = cpu_type(plan_type)
     seen = {"Accelerator": accelerator.distributed_type, "AcceleratorState": AcceleratorState().distributed_type,
             "PartialState": PartialState().distributed_type}
-    wrong = {k: getattr(v, "name", str(v)) for k, v in seen.items() if getattr(v, "name", str(v)) != want}
+    wrong = {k: getattr(v, "name", str(v)) for k, v in seen.items()
+             if getattr(v, "name", str(v)) not in accepted_types(plan_type)}
     if wrong:
         got = ", ".join(f"{k} {v}" for k, v in wrong.items())
         raise RunError(f"tuner's CPU layer did not take effect: the plan's distributed type is {want} but accelerate "

@@ -142,10 +142,12 @@ def test_a_damaged_latest_checkpoint_names_the_last_intact_one(finished_run, tmp
     else:
         state.unlink()
     intact = run / "out" / "checkpoints" / "step-2"
-    if damage != "state-truncated":  # refused before any rank starts, by `tuner run` itself
-        code, out, err = tuner("run", run / "settings.toml", "--resume", "latest")  # compiles run/build -> run/out
-        assert code == EXIT_USAGE, err
-        assert f"the last intact one is {intact}" in err and f"--resume {intact}" in err, err
+    # refused before any rank starts, by `tuner run` itself (a truncated file by its recorded size)
+    code, out, err = tuner("run", run / "settings.toml", "--resume", "latest")  # compiles run/build -> run/out
+    assert code == EXIT_USAGE, err
+    assert f"the last intact one is {intact}" in err and f"--resume {intact}" in err, err
+    if damage == "state-truncated":
+        assert "model.safetensors is 1000 bytes; it had" in err, err
     p = subprocess.run([sys.executable, "-m", "tuner", "checkpoint", "export", str(run / "out" / "checkpoints"),
                         "--out", str(tmp_path / "export")], capture_output=True, text=True, env=run_env(), timeout=300)
     assert p.returncode == EXIT_USAGE and f"the last intact one is {intact}" in p.stderr, p.stderr

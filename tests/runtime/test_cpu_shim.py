@@ -92,3 +92,27 @@ def test_a_correction_that_did_not_take_effect_fails_naming_both_types(cpu_accel
 def test_a_gpu_builds_data_parallel_is_multi_cpu_on_cpu():
     assert cpu_shim.cpu_type("MULTI_GPU") == "MULTI_CPU"
     assert [cpu_shim.cpu_type(t) for t in ("FSDP", "DEEPSPEED", "NO")] == ["FSDP", "DEEPSPEED", "NO"]
+
+
+def test_a_one_process_plan_accepts_the_one_rank_group_accelerate_sees(tmp_path, monkeypatch):
+    """tuner starts even one process as a rank of torch's elastic launcher; accelerate reads
+    that rank's environment as MULTI_CPU, which is the one-process plan (NO) on CPU."""
+    import torch.distributed as dist
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    for var, value in {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(var, value)
+    for var in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"):
+        monkeypatch.delenv(var, raising=False)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        acc = Accelerator(cpu=True)
+        assert acc.distributed_type.name == "MULTI_CPU"  # what a one-rank tuner run sees
+        cpu_shim.correct_state(acc, "single", plan_type="NO")  # accepted: no RunError
+        with pytest.raises(RunError, match="distributed type is FSDP"):
+            cpu_shim.verify(acc, "FSDP")
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+        dist.destroy_process_group()
