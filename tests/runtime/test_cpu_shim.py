@@ -8,6 +8,8 @@ own shared state); nothing of accelerate is mocked.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from tuner.runtime import cpu_shim
@@ -51,18 +53,33 @@ def test_the_tested_range_is_pyprojects_and_admits_the_installed_accelerate():
 @pytest.fixture
 def cpu_accelerator(tmp_path, monkeypatch):
     """A real `Accelerator` on CPU in a one-rank gloo process group (as on a rank, smaller)."""
-    import torch.distributed as dist
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
     for var in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED", "WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(var, raising=False)
     AcceleratorState._reset_state(reset_partial_state=True)
+    with one_rank_group(tmp_path):
+        try:
+            yield Accelerator(cpu=True)
+        finally:
+            AcceleratorState._reset_state(reset_partial_state=True)
+
+
+@contextlib.contextmanager
+def one_rank_group(tmp_path):
+    """A one-rank gloo group for the test; an earlier test's one-rank group in this process
+    (the compiler tests start one for DeepSpeedConfig, once per process) serves as well."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        assert dist.get_world_size() == 1
+        yield
+        return
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:
-        yield Accelerator(cpu=True)
+        yield
     finally:
-        AcceleratorState._reset_state(reset_partial_state=True)
         dist.destroy_process_group()
 
 
@@ -97,7 +114,6 @@ def test_a_gpu_builds_data_parallel_is_multi_cpu_on_cpu():
 def test_a_one_process_plan_accepts_the_one_rank_group_accelerate_sees(tmp_path, monkeypatch):
     """tuner starts even one process as a rank of torch's elastic launcher; accelerate reads
     that rank's environment as MULTI_CPU, which is the one-process plan (NO) on CPU."""
-    import torch.distributed as dist
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
@@ -106,13 +122,12 @@ def test_a_one_process_plan_accepts_the_one_rank_group_accelerate_sees(tmp_path,
     for var in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"):
         monkeypatch.delenv(var, raising=False)
     AcceleratorState._reset_state(reset_partial_state=True)
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
-    try:
-        acc = Accelerator(cpu=True)
-        assert acc.distributed_type.name == "MULTI_CPU"  # what a one-rank tuner run sees
-        cpu_shim.correct_state(acc, "single", plan_type="NO")  # accepted: no RunError
-        with pytest.raises(RunError, match="distributed type is FSDP"):
-            cpu_shim.verify(acc, "FSDP")
-    finally:
-        AcceleratorState._reset_state(reset_partial_state=True)
-        dist.destroy_process_group()
+    with one_rank_group(tmp_path):
+        try:
+            acc = Accelerator(cpu=True)
+            assert acc.distributed_type.name == "MULTI_CPU"  # what a one-rank tuner run sees
+            cpu_shim.correct_state(acc, "single", plan_type="NO")  # accepted: no RunError
+            with pytest.raises(RunError, match="distributed type is FSDP"):
+                cpu_shim.verify(acc, "FSDP")
+        finally:
+            AcceleratorState._reset_state(reset_partial_state=True)
