@@ -1,6 +1,7 @@
 """The declaration helper: `setting(...)` records every fact about one settings key.
 
-`compiler/settings.py` declares each key once, as a dataclass field made by `setting`:
+`compiler/sections/` declares each key once (`compiler/settings.py` gathers the sections), as
+a dataclass field made by `setting`:
 its type is the field's annotation, and the rest (default, help, aliases, choices, bounds,
 forgiving spellings, accelerate's name for it, the wizard step that shows it) sits in the
 field's metadata as a `Setting`. Everything else is derived from that declaration: the JSON
