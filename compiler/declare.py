@@ -70,15 +70,21 @@ def setting(default: Any, help: str, **facts: Any) -> Any:
     return dataclasses.field(default=default, metadata=meta)
 
 
-def spelling_table(table: dict[str, Any]) -> Callable[[Any], Any]:
-    """A normaliser from a table of lower-case spellings (surrounding blanks ignored)."""
+def spelling_table(table: dict[str, Any], off: tuple[Any, ...] = (), off_value: Any = None) -> Callable[[Any], Any]:
+    """A normaliser from a table of lower-case spellings (surrounding blanks ignored). `off`:
+    non-text values (compared by identity: ``False``, ``None``) that mean `off_value`, as
+    ``mixed_precision = false`` means "no". Its ``table`` and ``off`` attributes tell the
+    editor input schema what the normaliser accepts."""
 
     def fn(value: Any) -> Any:
+        if any(value is v for v in off):
+            return off_value
         if isinstance(value, str):
             return table.get(value.strip().lower(), value)
         return value
 
     fn.table = table  # type: ignore[attr-defined]
+    fn.off = off  # type: ignore[attr-defined]
     return fn
 
 

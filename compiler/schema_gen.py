@@ -95,8 +95,6 @@ def _words_pattern(words: list[str]) -> str:
 _TRUE_FALSE = ["true", "yes", "on", "1", "false", "no", "off", "0"]
 _INTEGER_TEXT = r"^\s*[+-]?\d{1,19}\s*$"
 _NUMBER_TEXT = r"^\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*$"
-#: Keys whose normaliser reads false as their "off" value (mixed_precision "no", offload "none").
-_FALSE_MEANS_OFF = ("training.mixed_precision", "deepspeed.offload_optimizer", "deepspeed.offload_param")
 
 
 def _input_value(key: Declared, prop: dict[str, Any]) -> dict[str, Any]:
@@ -110,7 +108,7 @@ def _input_value(key: Declared, prop: dict[str, Any]) -> dict[str, Any]:
     words = [str(c) for c in prop.get("enum", []) if c is not None] + list(getattr(s.spellings, "table", {}))
     if words and not free_text:
         alts.append({"type": "string", "pattern": _words_pattern(words)})
-    if key.path in _FALSE_MEANS_OFF:
+    if any(v is False for v in getattr(s.spellings, "off", ())):  # false means the key's "off" value
         alts.append({"const": False})
     if key.path == "hardware.gpu_ids":
         alts.append({"type": ["array", "integer"]})  # accelerate's forms, joined to "0,1"

@@ -77,26 +77,10 @@ def wrap_policy(value: Any) -> Any:
 wrap_policy.table = WRAP  # type: ignore[attr-defined]
 
 
-def precision(value: Any) -> Any:
-    if value is False:
-        return "no"
-    if isinstance(value, str):
-        return PRECISION.get(value.strip().lower(), value)
-    return value
-
-
-precision.table = PRECISION  # type: ignore[attr-defined]
-
-
-def offload(value: Any) -> Any:
-    if value is False or value is None:
-        return "none"
-    if isinstance(value, str):
-        return OFFLOAD.get(value.strip().lower(), value)
-    return value
-
-
-offload.table = OFFLOAD  # type: ignore[attr-defined]
+#: training.mixed_precision: ``false`` is "no".
+precision = spelling_table(PRECISION, off=(False,), off_value="no")
+#: deepspeed.offload_*: ``false`` (or a null from an imported JSON) is "none".
+offload = spelling_table(OFFLOAD, off=(False, None), off_value="none")
 
 
 def optimizer(value: Any) -> Any:
