@@ -10,6 +10,8 @@ the bindings in `WizardApp.BINDINGS` reach them unchanged.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from textual.widgets import Static
@@ -26,33 +28,31 @@ class WizardActions:
         self.query_one("#status", Static).update(what)
         self.notify(what, title="Saved")
 
-    def action_save(self) -> None:
+    def _attempt(self, save: Callable[[], Path], refused: tuple[type[Exception], ...]) -> Path | None:
+        """Run one of the state's saves; a refusal is a notification, not a crash (None)."""
         self._outside_modals()
         try:
-            path = self.state.save()
-        except (SaveRefused, OSError) as exc:
+            return save()
+        except refused as exc:
             self.notify(f"Not saved: {exc}", severity="error")
-            return
-        self._saved(f"saved {display_path(path)}")
+            return None
+
+    def action_save(self) -> None:
+        path = self._attempt(self.state.save, (SaveRefused, OSError))
+        if path is not None:
+            self._saved(f"saved {display_path(path)}")
 
     def action_save_draft(self) -> None:
-        self._outside_modals()
-        try:
-            path = self.state.save_draft()
-        except OSError as exc:
-            self.notify(f"Not saved: {exc}", severity="error")
-            return
-        self._saved(f"saved draft {display_path(path)}" + (f" ({len(self.state.errors)} error(s))" if self.state.errors else "")
-                    + f"; {display_path(self.state.path)} untouched")
+        path = self._attempt(self.state.save_draft, (OSError,))
+        if path is not None:
+            self._saved(f"saved draft {display_path(path)}"
+                        + (f" ({len(self.state.errors)} error(s))" if self.state.errors else "")
+                        + f"; {display_path(self.state.path)} untouched")
 
     def action_save_compile(self) -> None:
-        self._outside_modals()
-        try:
-            out = self.state.save_and_compile()
-        except (SaveRefused, OSError) as exc:
-            self.notify(f"Not saved: {exc}", severity="error")
-            return
-        self._saved(f"saved {display_path(self.state.path)} and compiled -> {display_path(out)}/")
+        out = self._attempt(self.state.save_and_compile, (SaveRefused, OSError))
+        if out is not None:
+            self._saved(f"saved {display_path(self.state.path)} and compiled -> {display_path(out)}/")
 
     def action_builder(self) -> None:
         self._outside_modals()

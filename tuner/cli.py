@@ -7,6 +7,7 @@ here does at module level; heavy subcommands import their modules inside their h
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import time
@@ -45,6 +46,8 @@ def _nonempty_path(text: str) -> Path:
 SETTING_DEST = "setting:"
 #: Boolean spellings a settings flag may take as its value (anything else after a boolean
 #: flag is the next argument, and the flag alone means true).
+#: Commands whose module in tuner/commands/ is not named as the command (a Python keyword).
+_COMMAND_MODULE = {"import": "import_"}
 _BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
 
 
@@ -299,31 +302,7 @@ def _main(argv: list[str]) -> int:
     if hasattr(args, "overrides"):
         _collect_setting_flags(args)
     command = args.command or "wizard"
-    # A command's missing optional package (textual, torch...) is reported by `main`.
-    if command == "compile":
-        from tuner.commands.compile import run
-    elif command == "import":
-        from tuner.commands.import_ import run
-    elif command == "schema":
-        from tuner.commands.schema import run
-    elif command == "wizard":
-        from tuner.commands.wizard import run
-    elif command == "run":
-        from tuner.commands.run import run
-    elif command == "launch":
-        from tuner.commands.launch import run
-    elif command == "checkpoint":
-        from tuner.commands.checkpoint import run
-    elif command == "blocks":
-        from tuner.commands.blocks import run
-    elif command == "estimate":
-        from tuner.commands.estimate import run
-    elif command == "doctor":
-        from tuner.commands.doctor import run
-    elif command == "cache":
-        from tuner.commands.cache import run
-    elif command == "completion":
-        from tuner.commands.completion import run
-    else:  # pragma: no cover - argparse restricts the choices
-        parser.error(f"unknown command {command}")
-    return int(run(args) or EXIT_OK)
+    # One module per command (imported only when run: `tuner compile` must stay light); a
+    # command's missing optional package (textual, torch...) is reported by `main`.
+    module = importlib.import_module(f"tuner.commands.{_COMMAND_MODULE.get(command, command)}")
+    return int(module.run(args) or EXIT_OK)
