@@ -81,6 +81,18 @@ class DataSettings:
     resolution: int = setting(
         32, aliases=("resolution",), minimum=8, step="model", order=13,
         help="Image side in pixels for diffusion data.")
+    caption_column: str = setting(
+        "", aliases=("caption_column",), step="model",
+        help="Diffusion: the caption column of metadata.jsonl / metadata.csv or a datasets source; empty "
+             "takes the first of text, caption, prompt.")
+    image_column: str = setting(
+        "", aliases=("image_column",), step="model",
+        help="Diffusion: the image column of a datasets source (save_to_disk folder, parquet, arrow, jsonl, "
+             "csv); empty takes the column whose feature is an Image, else 'image'.")
+    caption_dropout: float = setting(
+        0.0, aliases=("caption_dropout_probability", "caption_dropout"), minimum=0, maximum=1, step="model",
+        help="Diffusion: probability that a training image's caption is replaced by an empty one (for "
+             "classifier-free guidance); 1.0 trains without text.")
     num_workers: int = setting(
         0, aliases=("dataloader_num_workers",), minimum=0, step="model",
         help="DataLoader worker processes.")

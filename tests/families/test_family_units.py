@@ -14,6 +14,7 @@ import torch
 from tuner.runtime.families.diffusion import data as diffusion_data
 from tuner.runtime.families.diffusion.ema import EMA
 from tuner.runtime.families.diffusion.family import DiffusionFamily
+from tuner.runtime.families.diffusion.sources import read_image_folder
 from tuner.runtime.families.embedding.data import PairCollator, read_pairs
 from tuner.runtime.families.embedding.evaluate import retrieval_metrics
 from tuner.runtime.families.embedding.loss import contrastive_loss
@@ -86,7 +87,7 @@ def test_buckets_and_bundled_images():
     b = diffusion_data.bucket_sizes(32)
     assert (32, 32) in b and all(w % 8 == 0 and h % 8 == 0 for w, h in b)
     assert diffusion_data.nearest_bucket((64, 48), b) == [i for i, (w, h) in enumerate(b) if w > h][0]
-    rows = diffusion_data.read_image_folder(diffusion_data.DATA_DIR)
+    rows = read_image_folder(diffusion_data.DATA_DIR)
     assert len(rows) >= 30 and all(r["caption"] for r in rows)
     size = sum(p.stat().st_size for p in diffusion_data.DATA_DIR.rglob("*") if p.is_file())
     assert size < 500_000

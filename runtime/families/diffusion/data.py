@@ -1,4 +1,8 @@
-"""Diffusion data: image folders with captions, aspect buckets, and loading a resized image."""
+"""Diffusion data: aspect buckets, the training set (caption dropout) and loading a resized image.
+
+Rows come from `sources` (``{"image", "caption", "label"}``; ``image`` is a file path, or an
+index into a `datasets` table).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from ..base import FamilyError, read_jsonl
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "diffusion"
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 
 
 def bucket_sizes(resolution: int, multiple: int = 8) -> list[tuple[int, int]]:
@@ -28,62 +30,62 @@ def nearest_bucket(size: tuple[int, int], buckets: list[tuple[int, int]]) -> int
     return min(range(len(buckets)), key=lambda i: abs(math.log((h / w) / (buckets[i][1] / buckets[i][0]))))
 
 
-def read_image_folder(folder: Path) -> list[dict[str, Any]]:
-    """Rows ``{"path", "caption", "label"}`` from captions.jsonl, .txt side files, or none."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise FamilyError(f"data.path {folder} is not an image folder")
-    rows: list[dict[str, Any]] = []
-    index = folder / "captions.jsonl"
-    if index.is_file():
-        for n, item in read_jsonl(index):
-            name = item.get("file") or item.get("image") or item.get("file_name")
-            if not isinstance(name, str):
-                raise FamilyError(f"{index}:{n}: each line needs a 'file' naming an image")
-            rows.append({"path": folder / name, "caption": str(item.get("caption", item.get("text", ""))),
-                         "label": int(item.get("label", 0))})
-    else:
-        for p in sorted(folder.rglob("*")):
-            if p.suffix.lower() in IMAGE_SUFFIXES:
-                txt = p.with_suffix(".txt")
-                rows.append({"path": p, "caption": txt.read_text().strip() if txt.is_file() else "", "label": 0})
-    missing = [str(r["path"]) for r in rows if not Path(r["path"]).is_file()]
-    if missing:
-        raise FamilyError(f"{len(missing)} image(s) listed but not found, e.g. {missing[0]}")
-    if not rows:
-        raise FamilyError(f"no images in {folder} ({', '.join(IMAGE_SUFFIXES)})")
-    return rows
-
-
 class ImageDataset:
-    """Images with captions; each item keeps its native size (collate buckets and resizes)."""
+    """Images with captions; each item keeps its native size (collate buckets and resizes).
 
-    def __init__(self, rows: list[dict[str, Any]], buckets: list[tuple[int, int]]) -> None:
-        from PIL import Image
+    ``table``: the `datasets` table that integer ``image`` values index (images undecoded).
+    ``caption_dropout``: the probability that an item's caption is replaced by "" (the
+    unconditional case classifier-free guidance needs), drawn from a generator seeded
+    with ``seed``; validation sets keep every caption.
+    """
 
+    def __init__(self, rows: list[dict[str, Any]], buckets: list[tuple[int, int]], table=None,
+                 caption_dropout: float = 0.0, seed: int = 0) -> None:
         self.rows = rows
         self.buckets = buckets
+        self.table = table
+        self.caption_dropout = float(caption_dropout)
+        self._rng = random.Random(seed)
         self.bucket_of = []
         for r in rows:
-            with Image.open(r["path"]) as im:
+            with open_image(self.image(r)) as im:
                 self.bucket_of.append(nearest_bucket(im.size, buckets))
+
+    def image(self, row: dict[str, Any]):
+        """A row's image as `open_image` takes it: a path, or the table's ``{"bytes", "path"}``."""
+        src = row["image"]
+        return self.table[int(src)]["image"] if isinstance(src, int) else str(src)
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         r = self.rows[i]
-        return {"path": str(r["path"]), "caption": r["caption"], "label": r["label"], "bucket": self.bucket_of[i]}
+        caption = r["caption"]
+        if self.caption_dropout and self._rng.random() < self.caption_dropout:
+            caption = ""
+        return {"image": self.image(r), "caption": caption, "label": r["label"], "bucket": self.bucket_of[i]}
 
 
-def load_image(path: str, size: tuple[int, int]):
+def open_image(src):
+    """A PIL image from a path or a `datasets` image value (``{"bytes", "path"}``)."""
+    import io
+
+    from PIL import Image
+
+    if isinstance(src, dict):
+        return Image.open(io.BytesIO(src["bytes"])) if src.get("bytes") else Image.open(src["path"])
+    return Image.open(src)
+
+
+def load_image(src, size: tuple[int, int]):
     """RGB tensor in [-1, 1], shape [3, h, w]: scaled to cover `size`, centre-cropped."""
     import numpy as np
     import torch
     from PIL import Image
 
     w, h = size
-    with Image.open(path) as im:
+    with open_image(src) as im:
         im = im.convert("RGB")
         scale = max(w / im.width, h / im.height)
         nw, nh = max(w, round(im.width * scale)), max(h, round(im.height * scale))
@@ -92,8 +94,6 @@ def load_image(path: str, size: tuple[int, int]):
         im = im.crop((left, top, left + w, top + h))
         arr = np.asarray(im, dtype=np.float32) / 127.5 - 1.0
     return torch.from_numpy(arr).permute(2, 0, 1).contiguous()
-
-
 
 
 def split_rows(rows: list[dict[str, Any]], validation_split: float, seed: int) -> tuple[list, list]:

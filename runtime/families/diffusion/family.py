@@ -8,17 +8,18 @@ attributes of the family (`conditioning`), moved to the batch's device, never wr
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from ..base import Family, FamilyContext, FamilyError
 from ..lora import apply_lora
 from .conditioning import TextConditioner, load_text_conditioner, load_vae, vae_latents
-from .data import (DATA_DIR, ImageDataset, bucket_sizes, load_image, read_image_folder, split_rows,
-                   validation_prompts)
+from .data import DATA_DIR, ImageDataset, bucket_sizes, load_image, split_rows, validation_prompts
 from .denoiser import DEFAULT_BY_FLAVOUR, DENOISER_DIRS, denoise, kind_of, noisy_inputs, tiny_denoiser_config
 from .ema import EMA
 from .pipeline import make_pipeline, save_images
+from .sources import check_captions, is_dataset_source, read_image_dataset, read_image_folder
 
 EXPORT_META = "tuner_diffusion.json"
 #: Default LoRA targets: the attention projections of diffusers' attention blocks.
@@ -152,15 +153,30 @@ class DiffusionFamily(Family):
     # -- data -----------------------------------------------------------------------
     def build_datasets(self):
         d = self.settings.data
-        folder = DATA_DIR if d.path == "builtin" else self.ctx.resolve(d.path)
-        rows = read_image_folder(folder)
+        rows, table, where = self._read(d.path)
         buckets = self._buckets()
+        dropout = dict(caption_dropout=d.caption_dropout, seed=self.ctx.seed + self.ctx.rank)
         if d.validation_path:
-            val_rows = read_image_folder(self.ctx.resolve(d.validation_path))
-            train_rows = rows
+            val_rows, val_table, _ = self._read(d.validation_path)
+            return ImageDataset(rows, buckets, table, **dropout), ImageDataset(val_rows, buckets, val_table)
+        train_rows, val_rows = split_rows(rows, d.validation_split, self.ctx.seed)
+        return (ImageDataset(train_rows, buckets, table, **dropout),
+                ImageDataset(val_rows, buckets, table) if val_rows else None)
+
+    def _read(self, path: str):
+        """(rows, datasets table or None, where) of ``data.path`` or ``data.validation_path``;
+        captions are checked when the denoiser is text-conditioned."""
+        d = self.settings.data
+        src = DATA_DIR if path == "builtin" else self.ctx.resolve(path)
+        if is_dataset_source(src):
+            rows, table = read_image_dataset(src, d.image_column, d.caption_column)
         else:
-            train_rows, val_rows = split_rows(rows, d.validation_split, self.ctx.seed)
-        return ImageDataset(train_rows, buckets), (ImageDataset(val_rows, buckets) if val_rows else None)
+            rows, table = read_image_folder(src, d.caption_column), None
+        if kind_of(self.denoiser_config()["_class_name"]) != "dit":  # text-conditioned
+            warning = check_captions(rows, str(src), d.caption_dropout)
+            if warning and self.ctx.rank == 0:
+                print(f"tuner run: {warning}", file=sys.stderr, flush=True)
+        return rows, table, str(src)
 
     def _buckets(self) -> list[tuple[int, int]]:
         """Aspect buckets; DiT unpatchifies to a square, so it gets the square bucket only."""
@@ -186,7 +202,7 @@ class DiffusionFamily(Family):
 
         buckets = self._buckets()
         bucket = Counter(s["bucket"] for s in samples).most_common(1)[0][0]
-        pixels = torch.stack([load_image(s["path"], buckets[bucket]) for s in samples])
+        pixels = torch.stack([load_image(s["image"], buckets[bucket]) for s in samples])
         batch = {"pixel_values": pixels, "labels": torch.tensor([int(s["label"]) for s in samples])}
         cond = self.conditioner()
         if cond is not None:
