@@ -17,17 +17,6 @@ DEFAULT_BY_FLAVOUR = {**builtin_models.DEFAULT_BY_DIFFUSION_FLAVOUR, "": builtin
 
 
 
-def kind_of(class_name: str) -> str:
-    """How a denoiser is called: 'unet', 'sd3' (text + pooled) or 'dit' (class labels)."""
-    if "UNet" in class_name:
-        return "unet"
-    if class_name.startswith("SD3") or "Flux" in class_name:
-        return "sd3"
-    if class_name.startswith("DiT"):
-        return "dit"
-    return "unet"
-
-
 def tiny_denoiser_config(name: str, resolution: int) -> dict[str, Any]:
     """A built-in config in pixel space (3 channels) at ``data.resolution``."""
     entry = builtin_models.TINY_CONFIGS.get(name)
@@ -40,18 +29,6 @@ def tiny_denoiser_config(name: str, resolution: int) -> dict[str, Any]:
     if "pos_embed_max_size" in cfg:
         cfg["pos_embed_max_size"] = max(cfg["pos_embed_max_size"], 2 * resolution // cfg.get("patch_size", 2))
     return cfg
-
-
-def denoise(model, kind: str, x, t, cond: dict[str, Any]):
-    """One denoiser call in the form its class expects; returns the prediction tensor."""
-    if kind == "unet":
-        out = model(x, t, encoder_hidden_states=cond["hidden"])
-    elif kind == "sd3":
-        out = model(hidden_states=x, encoder_hidden_states=cond["hidden"], pooled_projections=cond["pooled"],
-                    timestep=t)
-    else:
-        out = model(x, timestep=t, class_labels=cond["labels"])
-    return out.sample if hasattr(out, "sample") else out[0]
 
 
 def is_flow_matching(scheduler) -> bool:

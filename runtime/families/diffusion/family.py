@@ -16,10 +16,12 @@ from ..base import Family, FamilyContext, FamilyError
 from ..lora import apply_lora
 from .conditioning import TextConditioner, load_text_conditioner, load_vae, vae_latents
 from .data import DATA_DIR, ImageDataset, bucket_sizes, load_image, split_rows, validation_prompts
-from .denoiser import DEFAULT_BY_FLAVOUR, DENOISER_DIRS, denoise, kind_of, noisy_inputs, tiny_denoiser_config
+from .denoiser import DEFAULT_BY_FLAVOUR, DENOISER_DIRS, noisy_inputs, tiny_denoiser_config
 from .ema import EMA
 from .pipeline import make_pipeline, save_images
+from .pipeline_export import write_pipeline
 from .sources import check_captions, is_dataset_source, read_image_dataset, read_image_folder
+from .tuner_pipeline import denoise, kind_of
 
 EXPORT_META = "tuner_diffusion.json"
 #: Default LoRA targets: the attention projections of diffusers' attention blocks.
@@ -320,8 +322,9 @@ class DiffusionFamily(Family):
         return getattr(diffusers, cfg["_class_name"]).from_config(cfg)
 
     def export(self, state_dict, out_dir: Path) -> None:
-        """A diffusers folder: ``unet/`` or ``transformer/``, ``scheduler/``, the text side,
-        ``vae/`` when there is one, and ``ema_<denoiser>/`` when EMA was on."""
+        """A diffusers pipeline folder (`pipeline_export`): ``model_index.json``, ``unet/`` or
+        ``transformer/``, ``scheduler/``, the text side, ``vae/`` when there is one, and
+        ``ema_<denoiser>/`` when EMA was on."""
         import torch
 
         out_dir = Path(out_dir)
@@ -339,7 +342,7 @@ class DiffusionFamily(Family):
         if self.settings.model.type == "lora":
             model.save_pretrained(str(out_dir / f"{sub}_lora"))
             model = model.merge_and_unload()
-        model.save_pretrained(str(out_dir / sub), safe_serialization=True)
+        pipeline = write_pipeline(out_dir, model, sub, self.scheduler(), self.conditioner(), self.vae())
         if self._ema_export:
             ema_model = self._fresh_denoiser()
             base = model.state_dict()
@@ -347,15 +350,8 @@ class DiffusionFamily(Family):
             if len(ema_state) == len(base):
                 ema_model.load_state_dict(ema_state)
                 ema_model.save_pretrained(str(out_dir / f"ema_{sub}"), safe_serialization=True)
-        self.scheduler().save_pretrained(str(out_dir / "scheduler"))
-        cond = self.conditioner()
-        if cond is not None:
-            cond.encoder.save_pretrained(str(out_dir / "text_encoder"), safe_serialization=True)
-            cond.tokenizer.save_pretrained(str(out_dir / "tokenizer"))
-        if self.vae() is not None:
-            self.vae().save_pretrained(str(out_dir / "vae"))
         meta = {"denoiser": sub, "class_name": cfg["_class_name"], "kind": kind_of(cfg["_class_name"]),
-                "resolution": self.settings.data.resolution, "ema": bool(self._ema_export)}
+                "resolution": self.settings.data.resolution, "ema": bool(self._ema_export), "pipeline": pipeline}
         (out_dir / EXPORT_META).write_text(json.dumps(meta, indent=2) + "\n")
 
     def describe(self) -> str:

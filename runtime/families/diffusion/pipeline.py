@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-
-from .denoiser import denoise
+from .tuner_pipeline import sample, to_pil
 
 
 def _pipeline_class():
@@ -32,37 +30,9 @@ def _pipeline_class():
 
         def __call__(self, prompts: list[str], labels: list[int] | None = None, height: int = 32, width: int = 32,
                      num_inference_steps: int = 12, seed: int = 0, output_type: str = "pil"):
-            import torch
-
-            device = self._execution_device
-            n = len(prompts)
-            cond: dict[str, Any] = {"labels": torch.tensor(labels or [0] * n, device=device)}
-            if self.conditioner is not None:
-                cond["hidden"], cond["pooled"] = self.conditioner(prompts, device)
-            channels, factor = 3, 1
-            if self.vae is not None:
-                channels = self.vae.config.latent_channels
-                factor = 2 ** (len(self.vae.config.block_out_channels) - 1)
-            gen = torch.Generator("cpu").manual_seed(seed)
-            x = torch.randn((n, channels, height // factor, width // factor), generator=gen).to(device)
-            self.scheduler.set_timesteps(num_inference_steps, device=device)
-            x = x * getattr(self.scheduler, "init_noise_sigma", 1.0)
-            for t in self.scheduler.timesteps:
-                inp = self.scheduler.scale_model_input(x, t) if hasattr(self.scheduler, "scale_model_input") else x
-                tt = t.expand(n).to(device)
-                with torch.no_grad():
-                    pred = denoise(self.denoiser, self.kind, inp, tt, cond)
-                x = self.scheduler.step(pred.float(), t, x, return_dict=False)[0]
-            if self.vae is not None:
-                with torch.no_grad():
-                    x = self.vae.decode(x / self.vae.config.scaling_factor).sample
-            images = ((x.float().clamp(-1, 1) + 1) / 2).cpu()
-            if output_type == "pt":
-                return images
-            from PIL import Image
-
-            arr = (images.permute(0, 2, 3, 1).numpy() * 255).round().astype("uint8")
-            return [Image.fromarray(a) for a in arr]
+            images = sample(self.denoiser, self.kind, self.scheduler, self.conditioner, self.vae, prompts, labels,
+                            height, width, num_inference_steps, seed, self._execution_device)
+            return images if output_type == "pt" else to_pil(images)
 
     return TunerDiffusionPipeline
 
