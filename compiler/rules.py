@@ -13,6 +13,7 @@ from typing import Any
 
 from .diagnostics import Diagnostics
 from .normalise import Normalised
+from .rules_runtime import check_runtime_keys
 from .schema import index
 from .settings import Settings
 
@@ -97,6 +98,8 @@ def check(n: Normalised, diags: Diagnostics, detected: str | None = None) -> tup
         diags.error("model.type", "LoRA is not supported with DeepSpeed: DeepSpeed changes the model saving "
                     "routines, so adapters would not be saved correctly",
                     "use FSDP2 (fsdp.enabled = true, fsdp.version = 2) for LoRA, or model.type = \"full\"")
+
+    check_runtime_keys(s, platform, diags)  # trackers, LoRA targets, QLoRA
 
     # -- context parallelism ----------------------------------------------------------
     cp = s.context_parallel

@@ -25,14 +25,15 @@ from .sections import (
     DeepspeedSettings,
     FsdpSettings,
     HardwareSettings,
+    LoggingSettings,
     ModelSettings,
     OutputSettings,
     TrainingSettings,
 )
 
 __all__ = ["AccelerateSettings", "CheckpointSettings", "ClusterSettings", "ContextParallelSettings", "DataSettings",
-           "DeepspeedSettings", "FsdpSettings", "HardwareSettings", "ModelSettings", "OutputSettings", "Settings",
-           "TrainingSettings"]
+           "DeepspeedSettings", "FsdpSettings", "HardwareSettings", "LoggingSettings", "ModelSettings", "OutputSettings",
+           "Settings", "TrainingSettings"]
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Settings:
     context_parallel: ContextParallelSettings = field(default_factory=ContextParallelSettings)
     training: TrainingSettings = field(default_factory=TrainingSettings)
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
+    logging: LoggingSettings = field(default_factory=LoggingSettings)
     output: OutputSettings = field(default_factory=OutputSettings)
     accelerate: AccelerateSettings = field(default_factory=AccelerateSettings)
     cluster: ClusterSettings = field(default_factory=ClusterSettings)

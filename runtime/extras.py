@@ -16,8 +16,10 @@ import importlib.util
 #: import name -> the extra that installs it.
 EXTRA_OF = {
     "accelerate": "runtime", "transformers": "runtime", "safetensors": "runtime", "tqdm": "runtime",
-    "deepspeed": "deepspeed", "diffusers": "diffusion", "peft": "lora", "textual": "tui",
+    "deepspeed": "deepspeed", "diffusers": "diffusion", "peft": "lora", "textual": "tui", "tensorboard": "tracking",
 }
+#: Packages a run may need that no extra installs (trackers other than TensorBoard, bitsandbytes).
+PLAIN = {"trackio", "wandb", "mlflow", "comet_ml", "aim", "clearml", "dvclive", "swanlab", "bitsandbytes"}
 TORCH_HINT = ("install torch first (pip install torch==2.13.0 for a CPU wheel, or the build for your GPUs), "
               "then pip install 'tuner[runtime]'")
 
@@ -29,7 +31,9 @@ def install_hint(package: str) -> str | None:
     extra = EXTRA_OF.get(package)
     if extra == "runtime":
         return "pip install 'tuner[runtime]' (install torch first, see the README)"
-    return f"pip install 'tuner[{extra}]'" if extra else None
+    if extra:
+        return f"pip install 'tuner[{extra}]'"
+    return f"pip install {package}" if package in PLAIN else None
 
 
 def missing(package: str) -> bool:
@@ -52,6 +56,12 @@ def needed(arts, trains: bool) -> dict[str, str]:
             need["diffusers"] = "model.family = \"diffusion\""
         if s.model.type == "lora":
             need["peft"] = "model.type = \"lora\""
+        if s.model.load_in_4bit:
+            need["bitsandbytes"] = "model.load_in_4bit = true (QLoRA)"
+        from .tracking import PACKAGES, requested
+
+        for name in requested(s):
+            need[PACKAGES[name]] = f"logging.log_with = [\"{name}\"]"
     return need
 
 

@@ -21,7 +21,7 @@ from typing import Any, Iterable
 import torch
 
 from . import checkpoint as ckpt
-from . import cpu_shim
+from . import cpu_shim, tracking
 from .artefacts import Artefacts, RunError
 from .callbacks import Callbacks
 from .families import get_family
@@ -78,6 +78,7 @@ class Trainer:
             step_scheduler_with_optimizer=False,  # one scheduler step per optimizer step, stepped below
             dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=self.s.training.seed),
             kwargs_handlers=[InitProcessGroupKwargs(timeout=timeout)],
+            **tracking.accelerator_kwargs(self.s, self.out, self.arts.base_dir),  # [logging] log_with
         )
         self.acc = Accelerator(**acc_kwargs)
         self.shim_changes = cpu_shim.correct_state(self.acc, self.strategy, plan_type=self.arts.plan.distributed_type)
@@ -87,6 +88,7 @@ class Trainer:
         self.main = self.acc.is_main_process
         self.rank = self.acc.process_index
         self.world = self.acc.num_processes
+        self.trackers = tracking.start(self.acc, self.s, self.out, self.arts.base_dir)
         if self.strategy == "fsdp1":
             warnings.warn("FSDP v1 is deprecated; use fsdp.version = 2", DeprecationWarning, stacklevel=1)
             self.say("warning: FSDP v1 is deprecated; FSDP2 (fsdp.version = 2) shards per parameter and supports LoRA")
@@ -174,6 +176,9 @@ class Trainer:
             self.say(f"rank {r} holds {int(n):,} parameter elements ({b / 2**20:.2f} MiB)")
         if self.shim_changes:
             self.say("cpu shim: " + "; ".join(self.shim_changes))
+        if self.trackers:
+            self.say(f"trackers: {', '.join(self.trackers)} (files in "
+                     f"{tracking.logging_dir(self.s, self.out, self.arts.base_dir)})")
 
     # -- resume -------------------------------------------------------------------------
     def maybe_resume(self) -> None:
@@ -199,8 +204,9 @@ class Trainer:
     # -- the loop -----------------------------------------------------------------------
     def loop(self) -> None:
         t = self.s.training
+        track = (lambda values, step: self.acc.log(values, step=step)) if self.trackers else None
         rep = self.reporter = Reporter(self.out, self.total_steps, self.step, self.fam.unit, main=self.main,
-                                       tensorboard=t.tensorboard)
+                                       track=track)
         self.losses: list[float] = []
         self.model.train()
         accum = t.gradient_accumulation_steps

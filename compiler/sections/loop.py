@@ -72,7 +72,7 @@ class TrainingSettings:
         help="Write metrics every N optimizer steps.")
     tensorboard: bool = setting(
         False, aliases=("tensorboard",), step="precision",
-        help="Also write TensorBoard event files.")
+        help="Also write TensorBoard event files (the same as naming tensorboard in logging.log_with).")
     ema: bool = setting(
         False, aliases=("use_ema",), step="precision",
         help="Keep an exponential moving average of the trained weights.")

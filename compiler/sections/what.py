@@ -47,7 +47,12 @@ class ModelSettings:
         help="LoRA dropout.")
     lora_target_modules: list[str] = setting(
         [], aliases=("lora_target_modules",), step="model", order=7,
-        help="Module names LoRA adapts; empty picks the family's attention projections.")
+        help="Module names LoRA adapts (e.g. [\"q_proj\", \"v_proj\"]); \"all-linear\" for every linear layer but "
+             "the output head (PEFT's); empty picks the family's attention projections.")
+    load_in_4bit: bool = setting(
+        False, aliases=("load_in_4bit",), step="model",
+        help="QLoRA: load the frozen base model in 4-bit NF4 (bitsandbytes, CUDA only) and train LoRA adapters "
+             "on it; needs model.type = \"lora\".")
     pooling: str = setting(
         "mean", aliases=("pooling",), choices=("mean", "cls", "last"), step="model", order=8,
         help="Embedding pooling.")

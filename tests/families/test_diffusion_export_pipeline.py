@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from tuner.compiler.settings import Settings
 from tuner.runtime.families.base import FamilyContext
 from tuner.runtime.families.diffusion.family import DiffusionFamily

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
 from .tuner_pipeline import sample, to_pil
 
 

@@ -1,0 +1,32 @@
+"""Rules for the keys only `tuner run` reads: trackers (``logging.*``) and LoRA targets / QLoRA
+(``model.lora_target_modules``, ``model.load_in_4bit``). Whether a tracker package or
+bitsandbytes is installed is checked by `tuner run` before any rank starts
+(runtime/extras.py); the compiler may run where neither is."""
+
+from __future__ import annotations
+
+from .diagnostics import Diagnostics
+from .sections.tracking import TRACKERS
+from .settings import Settings
+
+
+def check_runtime_keys(s: Settings, platform: str, diags: Diagnostics) -> None:
+    unknown = [n for n in s.logging.log_with if n not in (*TRACKERS, "all")]
+    if unknown:
+        diags.error("logging.log_with", f"unknown tracker(s) {', '.join(map(repr, unknown))}",
+                    f"use any of {', '.join(TRACKERS)}, or all (every installed one)")
+    targets = s.model.lora_target_modules
+    if "all-linear" in targets and len(targets) > 1:
+        diags.error("model.lora_target_modules", "\"all-linear\" already names every linear layer; it cannot be "
+                    "combined with module names", "write lora_target_modules = \"all-linear\", or list module names only")
+    if s.model.load_in_4bit:
+        if s.model.type != "lora":
+            diags.error("model.load_in_4bit", "a 4-bit base model cannot be trained in full; QLoRA trains LoRA "
+                        "adapters on it", "set model.type = \"lora\", or model.load_in_4bit = false")
+        if platform != "cuda":
+            diags.error("model.load_in_4bit", f"4-bit loading (bitsandbytes) needs CUDA GPUs; the target platform is "
+                        f"{platform}", "set model.load_in_4bit = false (plain LoRA), or hardware.platform = \"cuda\" "
+                        "when compiling for a CUDA machine")
+        if s.model.family != "causal_lm":
+            diags.error("model.load_in_4bit", f"tuner run loads a 4-bit base for causal_lm models only, not "
+                        f"{s.model.family}", "set model.load_in_4bit = false")
