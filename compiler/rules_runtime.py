@@ -27,6 +27,9 @@ def check_runtime_keys(s: Settings, platform: str, diags: Diagnostics) -> None:
             diags.error("model.load_in_4bit", f"4-bit loading (bitsandbytes) needs CUDA GPUs; the target platform is "
                         f"{platform}", "set model.load_in_4bit = false (plain LoRA), or hardware.platform = \"cuda\" "
                         "when compiling for a CUDA machine")
+        if s.model.path.strip().startswith("builtin"):
+            diags.error("model.load_in_4bit", "a built-in model is built, not loaded: there is no 4-bit base to load",
+                        "set model.path to a local model folder, or model.load_in_4bit = false")
         if s.model.family != "causal_lm":
             diags.error("model.load_in_4bit", f"tuner run loads a 4-bit base for causal_lm models only, not "
                         f"{s.model.family}", "set model.load_in_4bit = false")

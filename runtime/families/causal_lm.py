@@ -18,7 +18,7 @@ from typing import Any
 from tuner.compiler import builtin_models
 
 from .base import Family, FamilyContext, FamilyError, read_jsonl
-from .lora import apply_lora
+from .lora import apply_lora, quantization_kwargs
 
 #: The Llama config fields a built-in (compiler/builtin_models.py, the one registry) gives its
 #: shape by; the rest (vocabulary, special tokens) comes from the bundled tokenizer.
@@ -124,7 +124,8 @@ class CausalLMFamily(Family):
             with torch.device("meta"):
                 return AutoModelForCausalLM.from_config(self.config())
         if d is not None:
-            return AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32)
+            return AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32,
+                                                        **quantization_kwargs(self.settings.model))  # QLoRA
         return AutoModelForCausalLM.from_config(self.config(), dtype=torch.float32)
 
     def prepare_model(self, model):
