@@ -27,7 +27,7 @@ def _export(fam: DiffusionFamily, out: Path):
     return model
 
 
-@pytest.mark.parametrize("builtin", ["tiny-unet", "tiny-sd3"])
+@pytest.mark.parametrize("builtin", ["tiny-unet", "tiny-sd3", "tiny-dit"])
 def test_builtin_export_loads_as_a_pipeline_and_samples(tmp_path, builtin):
     from diffusers import DiffusionPipeline
 
@@ -37,6 +37,7 @@ def test_builtin_export_loads_as_a_pipeline_and_samples(tmp_path, builtin):
     assert index["_class_name"] == ["tuner_pipeline", "TunerPipeline"]
     pipe = DiffusionPipeline.from_pretrained(str(out), trust_remote_code=True)
     denoiser = pipe.unet if builtin == "tiny-unet" else pipe.transformer
+    assert (pipe.text_encoder is None) == (builtin == "tiny-dit")  # DiT: class labels, no text
     for k, v in model.state_dict().items():
         torch.testing.assert_close(denoiser.state_dict()[k], v)
     images = pipe("a red circle on a white background", num_inference_steps=1, output_type="pt")

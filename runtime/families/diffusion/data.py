@@ -45,6 +45,8 @@ class ImageDataset:
         self.buckets = buckets
         self.table = table
         self.caption_dropout = float(caption_dropout)
+        self._seed = seed
+        self._worker: int | None = None
         self._rng = random.Random(seed)
         self.bucket_of = []
         for r in rows:
@@ -56,13 +58,24 @@ class ImageDataset:
         src = row["image"]
         return self.table[int(src)]["image"] if isinstance(src, int) else str(src)
 
+    def _draw(self) -> float:
+        """A uniform draw; each DataLoader worker has its own generator (seeded by its id), so
+        workers do not repeat each other's draws."""
+        from torch.utils.data import get_worker_info
+
+        worker = getattr(get_worker_info(), "id", None)
+        if worker != self._worker:
+            self._worker = worker
+            self._rng = random.Random(f"{self._seed}:{worker}")
+        return self._rng.random()
+
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         r = self.rows[i]
         caption = r["caption"]
-        if self.caption_dropout and self._rng.random() < self.caption_dropout:
+        if self.caption_dropout and self._draw() < self.caption_dropout:
             caption = ""
         return {"image": self.image(r), "caption": caption, "label": r["label"], "bucket": self.bucket_of[i]}
 

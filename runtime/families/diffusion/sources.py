@@ -118,8 +118,11 @@ def is_dataset_source(path: Path) -> bool:
 def read_image_dataset(path: Path, image_column: str = "", caption_column: str = ""):
     """(rows, table) of a `datasets` source: ``table`` is the set with its image column
     undecoded (``{"bytes", "path"}``); a row's ``image`` is its index in it."""
-    import datasets
-
+    try:
+        import datasets
+    except ImportError:
+        raise FamilyError(f"data.path {path} is read with the datasets package, which is not installed: "
+                          "pip install datasets") from None
     if not path.exists():
         raise FamilyError(f"data.path {path} does not exist")
     try:
