@@ -155,18 +155,18 @@ class DiffusionFamily(Family):
     # -- data -----------------------------------------------------------------------
     def build_datasets(self):
         d = self.settings.data
-        rows, table, where = self._read(d.path)
+        rows, table = self._read(d.path)
         buckets = self._buckets()
         dropout = dict(caption_dropout=d.caption_dropout, seed=self.ctx.seed + self.ctx.rank)
         if d.validation_path:
-            val_rows, val_table, _ = self._read(d.validation_path)
+            val_rows, val_table = self._read(d.validation_path)
             return ImageDataset(rows, buckets, table, **dropout), ImageDataset(val_rows, buckets, val_table)
         train_rows, val_rows = split_rows(rows, d.validation_split, self.ctx.seed)
         return (ImageDataset(train_rows, buckets, table, **dropout),
                 ImageDataset(val_rows, buckets, table) if val_rows else None)
 
     def _read(self, path: str):
-        """(rows, datasets table or None, where) of ``data.path`` or ``data.validation_path``;
+        """(rows, datasets table or None) of ``data.path`` or ``data.validation_path``;
         captions are checked when the denoiser is text-conditioned."""
         d = self.settings.data
         src = DATA_DIR if path == "builtin" else self.ctx.resolve(path)
@@ -178,7 +178,7 @@ class DiffusionFamily(Family):
             warning = check_captions(rows, str(src), d.caption_dropout)
             if warning and self.ctx.rank == 0:
                 print(f"tuner run: {warning}", file=sys.stderr, flush=True)
-        return rows, table, str(src)
+        return rows, table
 
     def _buckets(self) -> list[tuple[int, int]]:
         """Aspect buckets; DiT unpatchifies to a square, so it gets the square bucket only."""
