@@ -59,6 +59,14 @@ def test_nothing_reads_beside_the_checkout():
     assert not offenders, "copy the input into tests/data/ (with its provenance) instead:\n" + "\n".join(offenders)
 
 
+def test_no_test_installs_system_packages():
+    """scripts/test.sh installs them up front (scripts/system-packages.sh); a test only skips."""
+    runs_apt = re.compile(r"[\"'](?:sudo|apt|apt-get|dpkg)[\"']\s*,|(?:system|check_call|check_output|run|Popen)\(\s*[\"']apt")
+    offenders = [f"{p.relative_to(REPO)}:{n}: {line.strip()}" for p in _files() if p.suffix == ".py" and "tests" in p.parts
+                 for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if runs_apt.search(line)]
+    assert not offenders, "\n".join(offenders)
+
+
 def test_the_copied_inputs_carry_their_provenance():
     sources = (REPO / "tests/data/peer-configs/SOURCES.md").read_text(encoding="utf-8")
     copied = sorted(p.relative_to(REPO / "tests/data/peer-configs").as_posix()
