@@ -25,6 +25,10 @@ fi
 stamp=.venv/.tuner-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "installing tuner and its dependencies ... (log: .venv/install.log)"
+    # this checkout installed under its old distribution name, `tuner`: remove that first
+    if pip show tuner 2>/dev/null | grep -qx "Editable project location: $PWD"; then
+        pip uninstall -y tuner >>.venv/install.log 2>&1
+    fi
     pip install -e ".[all]" >>.venv/install.log 2>&1 || { tail -30 .venv/install.log; exit 1; }
     touch "$stamp"
 fi

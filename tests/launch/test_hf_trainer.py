@@ -11,7 +11,7 @@ import pytest
 from launch_helpers import CPU2, HERE, compile_build, rank_reports, tuner
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("trl", reason="the HF-Trainer script needs trl (pip install 'tuner[test]')")
+pytest.importorskip("trl", reason="the HF-Trainer script needs trl (pip install 'tuner-train[test]')")
 
 HF_BUILDS = {
     "fsdp2": {"fsdp": {"enabled": True, "version": 2}},  # transformer wrap: the model's _no_split_modules
