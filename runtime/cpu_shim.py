@@ -111,41 +111,26 @@ def install(strategy: str, plan_type: str | None = None) -> None:
 
 
 def _install_partial_state() -> None:
-    """Correct a bare `PartialState()` too (a script may build one without any `Accelerator`,
-    as accelerate's own test_ops.py does): on DeepSpeed builds accelerate leaves it at
-    ``process_index == 0``, ``num_processes == 1`` on every gloo rank, so its collectives
-    size their buffers for a world of one."""
+    """A bare `PartialState()` (a script may build one and no `Accelerator`, as accelerate's own
+    test_ops.py does) reads ``ACCELERATE_USE_CPU`` as `AcceleratorState` does. accelerate's
+    `PartialState` ignores that variable, so on gloo ranks without a GPU it found no backend and
+    came up as a one-process world on every rank (its gathers then returned one rank's data, or,
+    on DeepSpeed builds, failed with a gloo all-gather length error); with it, it is the
+    MULTI_CPU world of the launch: every rank, the real world size, as on GPUs. An `Accelerator`
+    built later is corrected as before (`correct_state`)."""
     from accelerate.state import PartialState
+    from accelerate.utils import parse_flag_from_env
 
     if getattr(PartialState.__init__, "_tuner_shim", False):
         return
     original = PartialState.__init__
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        correct_partial_state()
+    def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
+        original(self, cpu or parse_flag_from_env("ACCELERATE_USE_CPU"), **kwargs)
 
     __init__._tuner_shim = True  # type: ignore[attr-defined]
     __init__.__doc__ = original.__doc__
     PartialState.__init__ = __init__
-
-
-def correct_partial_state() -> list[str]:
-    """Rank and world size of `PartialState` from torch.distributed, on CPU ranks (what
-    accelerate reads from its GPU launch). The distributed type stays accelerate's: a bare
-    `PartialState` is DEEPSPEED under a DeepSpeed build, as on GPUs, and data parallel otherwise."""
-    import torch.distributed as dist
-    from accelerate.state import PartialState
-
-    st = PartialState._shared_state
-    device = st.get("device")
-    if getattr(device, "type", None) != "cpu" or not dist.is_initialized():
-        return []
-    want = {"process_index": dist.get_rank(), "num_processes": dist.get_world_size(),
-            "local_process_index": int(os.environ.get("LOCAL_RANK", dist.get_rank()))}
-    changes = [f"{k}: {st.get(k)} -> {v}" for k, v in want.items() if st.get(k) != v]
-    st.update(want)
-    return changes
 
 
 def correct_state(accelerator: Any, strategy: str, given: dict[str, Any] | None = None,
