@@ -271,7 +271,7 @@ def run_in_subprocess(build_dir: Path, project_dir: Path, uses_deepspeed: bool) 
     missing = [name for name in need if importlib.util.find_spec(name) is None]
     if missing:
         return EXIT_USAGE, (f"--verify needs {', '.join(missing)} installed (the packages whose verdict it reports); "
-                   "install them (pip install 'tuner[run]') or drop --verify")
+                   "install them (pip install 'tuner-train[deepspeed]') or drop --verify")
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     proc = subprocess.run([sys.executable, "-m", "tuner.compiler.verify", str(build_dir)], cwd=project_dir,
                           capture_output=True, text=True, env=env)

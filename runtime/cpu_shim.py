@@ -107,6 +107,30 @@ def install(strategy: str, plan_type: str | None = None) -> None:
     __init__._tuner_shim = True  # type: ignore[attr-defined]
     __init__.__doc__ = original.__doc__
     Accelerator.__init__ = __init__
+    _install_partial_state()
+
+
+def _install_partial_state() -> None:
+    """A bare `PartialState()` (a script may build one and no `Accelerator`, as accelerate's own
+    test_ops.py does) reads ``ACCELERATE_USE_CPU`` as `AcceleratorState` does. accelerate's
+    `PartialState` ignores that variable, so on gloo ranks without a GPU it found no backend and
+    came up as a one-process world on every rank (its gathers then returned one rank's data, or,
+    on DeepSpeed builds, failed with a gloo all-gather length error); with it, it is the
+    MULTI_CPU world of the launch: every rank, the real world size, as on GPUs. An `Accelerator`
+    built later is corrected as before (`correct_state`)."""
+    from accelerate.state import PartialState
+    from accelerate.utils import parse_flag_from_env
+
+    if getattr(PartialState.__init__, "_tuner_shim", False):
+        return
+    original = PartialState.__init__
+
+    def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
+        original(self, cpu or parse_flag_from_env("ACCELERATE_USE_CPU"), **kwargs)
+
+    __init__._tuner_shim = True  # type: ignore[attr-defined]
+    __init__.__doc__ = original.__doc__
+    PartialState.__init__ = __init__
 
 
 def correct_state(accelerator: Any, strategy: str, given: dict[str, Any] | None = None,

@@ -1,6 +1,7 @@
 """Which optional packages a run needs, and the pip extra that installs each.
 
-`tuner compile` needs none of them. ``pip install 'tuner[runtime]'`` gives torch, accelerate
+`tuner compile` needs none of them. ``pip install 'tuner-train[runtime]'`` (the distribution's name; the command and import
+package are `tuner`) gives torch, accelerate
 and transformers (every run); DeepSpeed, diffusers and peft come with their own extras so
 that a DDP/FSDP run of a language model installs none of them (pyproject.toml). A run whose
 build needs a missing one is refused before any rank starts, naming the extra.
@@ -21,7 +22,7 @@ EXTRA_OF = {
 #: Packages a run may need that no extra installs (trackers other than TensorBoard, bitsandbytes).
 PLAIN = {"trackio", "wandb", "mlflow", "comet_ml", "aim", "clearml", "dvclive", "swanlab", "bitsandbytes"}
 TORCH_HINT = ("install torch first (pip install torch==2.13.0 for a CPU wheel, or the build for your GPUs), "
-              "then pip install 'tuner[runtime]'")
+              "then pip install 'tuner-train[runtime]'")
 
 
 def install_hint(package: str) -> str | None:
@@ -30,9 +31,9 @@ def install_hint(package: str) -> str | None:
         return TORCH_HINT
     extra = EXTRA_OF.get(package)
     if extra == "runtime":
-        return "pip install 'tuner[runtime]' (install torch first, see the README)"
+        return "pip install 'tuner-train[runtime]' (install torch first, see the README)"
     if extra:
-        return f"pip install 'tuner[{extra}]'"
+        return f"pip install 'tuner-train[{extra}]'"
     return f"pip install {package}" if package in PLAIN else None
 
 

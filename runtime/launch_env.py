@@ -146,3 +146,34 @@ def free_port(preferred: int) -> int:
                 continue
             return s.getsockname()[1]
     raise RunError("no free TCP port for the rendezvous")
+
+
+#: The one line that makes the HF Trainer's save_model() write a model under a sharded FSDP build.
+TRAINER_SAVE_FIX = 'trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")'
+
+
+def trainer_save_note(arts: Artefacts, target: list[str]) -> str | None:
+    """A note for `tuner launch` when the build keeps FSDP state sharded and the script calls
+    the HF Trainer's `save_model()`, which then writes nothing (transformers saves a model
+    under FSDP only from a FULL_STATE_DICT plugin) and says nothing. None otherwise."""
+    if not (arts.settings.fsdp.enabled and arts.settings.checkpoint.state_dict_type == "sharded"):
+        return None
+    try:
+        if target[0] == "-m":
+            import importlib.util
+
+            spec = importlib.util.find_spec(target[1])
+            origin = spec.origin if spec is not None else None
+        else:
+            origin = target[0]
+        text = open(origin, encoding="utf-8", errors="replace").read() if origin else ""  # noqa: SIM115
+    except (ImportError, ValueError, OSError):
+        return None
+    import re
+
+    if not (re.search(r"Trainer\b", text) and re.search(r"\bsave_model\s*\(", text)):
+        return None
+    return ("note: this build keeps FSDP state sharded (checkpoint.state_dict_type = \"sharded\"), under which "
+            "the HF Trainer's save_model() writes no model, silently. Before trainer.save_model(), add: "
+            f"{TRAINER_SAVE_FIX}  (or compile with checkpoint.state_dict_type = \"full\", which makes every "
+            "checkpoint gather the full model)")

@@ -13,6 +13,9 @@ fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# DeepSpeed's JIT-built ops live with this environment (their build records its paths, so
+# environments at other paths sharing ~/.cache/torch_extensions would rebuild them in turn).
+export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$PWD/.venv/torch_extensions}"
 if ! python -c "import torch" >/dev/null 2>&1; then
     echo "installing ${TUNER_TORCH:-torch==2.13.0} ... (log: .venv/install.log)"
     # shellcheck disable=SC2086
@@ -22,6 +25,10 @@ fi
 stamp=.venv/.tuner-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "installing tuner and its dependencies ... (log: .venv/install.log)"
+    # this checkout installed under its old distribution name, `tuner`: remove that first
+    if pip show tuner 2>/dev/null | grep -qx "Editable project location: $PWD"; then
+        pip uninstall -y tuner >>.venv/install.log 2>&1
+    fi
     pip install -e ".[all]" >>.venv/install.log 2>&1 || { tail -30 .venv/install.log; exit 1; }
     touch "$stamp"
 fi

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite, set-up included:  scripts/test.sh [pytest args]
+# Before pytest, and only then: the system packages some tests need (scripts/system-packages.sh:
+# installed when missing and run as root, else one line naming them and the command) and
+# DeepSpeed's CPU ops, built once per virtual environment with the time printed
+# (scripts/build_ops.py). No test installs or builds anything itself.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . scripts/bootstrap.sh
+bash scripts/system-packages.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+python scripts/build_ops.py
 python -m pytest -q --durations=25 "$@"

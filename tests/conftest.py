@@ -11,10 +11,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
-# ../shared beside the checkout; a git worktree may sit one level deeper (e.g. /work/wt/NAME).
-SHARED = next((p / "shared" for p in REPO.parents if (p / "shared" / "peer-configs").is_dir()), REPO.parent / "shared")
-PEER_CONFIGS = SHARED / "peer-configs"
-SEEDS = SHARED / "seeds"
+# Third-party inputs, copied into the repository with their provenance (tests/data/README.md).
+PEER_CONFIGS = REPO / "tests" / "data" / "peer-configs"
+SEEDS = REPO / "tests" / "data" / "seeds"
 
 
 @pytest.fixture(autouse=True)

@@ -130,8 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", "-o", type=_nonempty_path, default=Path("settings.toml"), help="settings file to write")
     p.add_argument("--force", action="store_true", help="overwrite an existing settings file")
 
-    p = sub.add_parser("schema", help="print the settings JSON Schema, or one key's documentation")
-    p.add_argument("key", nargs="?", help="a canonical key or alias")
+    p = sub.add_parser("schema", help="print the settings JSON Schema, or one key's or section's documentation")
+    p.add_argument("key", nargs="?", help="a canonical key, an alias, or a section (e.g. fsdp)")
     p.add_argument("--write", action="store_true",
                    help="regenerate schemas/settings.schema.json and settings.input.schema.json from the declaration")
 

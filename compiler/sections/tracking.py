@@ -35,7 +35,7 @@ class LoggingSettings:
     log_with: list[str] = setting(
         [], aliases=("report_to", "log_with"), spellings=tracker_names, step="precision",
         help="Trackers that also receive every logged metric: " + ", ".join(TRACKERS) + ", or all (every "
-             "installed one). Each must be installed (tensorboard: pip install 'tuner[tracking]').")
+             "installed one). Each must be installed (tensorboard: pip install 'tuner-train[tracking]').")
     project: str = setting(
         "tuner", aliases=("tracker_project_name", "project_name"), step="precision",
         help="Project (experiment) name the trackers file the run under.")

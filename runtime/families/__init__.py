@@ -41,7 +41,7 @@ def get_family(name: str) -> type[Family]:
                               f"(module tuner.runtime.families.{module_name} is missing)") from None
         from ..extras import install_hint
 
-        hint = install_hint((exc.name or "").split(".")[0]) or "pip install 'tuner[all]'"
+        hint = install_hint((exc.name or "").split(".")[0]) or "pip install 'tuner-train[all]'"
         raise FamilyError(f"model family {name!r} needs {exc.name!r}, which is not installed: {hint}") from exc
     cls = getattr(module, class_name, None)
     if cls is None or not (isinstance(cls, type) and issubclass(cls, Family)):

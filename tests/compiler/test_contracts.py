@@ -63,7 +63,7 @@ def test_every_seed_flag_is_an_alias():
     missing = [f for f in SEED_FLAGS if f not in aliases]
     assert not missing
     # and every `--flag` in the FSDP2 seed's flag reference is one of them
-    seed = (SEEDS / "000_d1253b20c5f7cae2.txt").read_text()
+    seed = (SEEDS / "fsdp2_hi_cli_flag_reference.md").read_text(encoding="utf-8")
     import re
     for flag in set(re.findall(r"`--([a-z_]+)`", seed)):
         assert flag in aliases, flag

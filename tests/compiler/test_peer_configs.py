@@ -1,7 +1,7 @@
 """Real configs from other projects: import -> compile -> the same job, judged by
-accelerate's and DeepSpeed's own code (/work/shared/docs/interop-method.md).
+accelerate's and DeepSpeed's own code (docs/interop.md, "The equivalence test").
 
-Sources: every file in ../shared/peer-configs (its SOURCES.md) and the trl files copied under
+Sources: every file in tests/data/peer-configs (its SOURCES.md) and the trl files copied under
 tests/compiler/data/trl (PROVENANCE.md there). For each accelerate config accelerate's own
 loader accepts, and each DeepSpeed JSON that parses, either
 
@@ -30,9 +30,6 @@ from tests.conftest import PEER_CONFIGS, REPO
 from tuner.compiler import compile_text
 from tuner.compiler.emit import DECIDED_KEYS, DS_KEYS_FORBIDDEN_WITH_FILE
 from tuner.compiler.importer import ImportError_, ImportRefused, import_files, to_toml
-
-if not PEER_CONFIGS.is_dir():  # pragma: no cover - shared/ is beside every checkout here
-    pytest.skip("../shared/peer-configs is not present", allow_module_level=True)
 
 DATA = REPO / "tests" / "compiler" / "data"
 YAMLS = (sorted(p for p in PEER_CONFIGS.rglob("*.y*ml") if "axolotl" not in p.parts) + sorted((DATA / "trl").glob("*.yaml"))

@@ -139,7 +139,7 @@ def _taplo(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["taplo", "check", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.skipif(shutil.which("taplo") is None, reason="taplo is not installed (pip install tuner[test])")
+@pytest.mark.skipif(shutil.which("taplo") is None, reason="taplo is not installed (pip install 'tuner-train[test]')")
 def test_taplo_checks_settings_files_with_the_input_schema(tmp_path):
     """The real Taplo CLI (what Even Better TOML runs): the examples pass through their own
     `#:schema` line; forgiving spellings pass; an unknown key fails."""

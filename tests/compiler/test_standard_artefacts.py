@@ -19,7 +19,7 @@ import pytest
 
 from tests.compiler.helpers import accelerate_launch_env
 from tests.conftest import EXAMPLES
-from tests.debian import ensure_package
+from tests.debian import require_package
 from tuner.compiler import compile_file
 
 SCRIPT = Path(__file__).parent / "scripts" / "plain_accelerate_step.py"
@@ -82,7 +82,7 @@ def test_plain_accelerate_script_prepares_with_the_compiled_deepspeed_json(proje
     ds = json.loads((project / f"{name}-1proc-build" / "deepspeed.json").read_text())
     if ds.get("zero_optimization", {}).get("offload_param", {}).get("device") == "nvme":
         # DeepSpeed's async_io op (built on first use, minutes) needs libaio's headers
-        ensure_package("libaio-dev", _aio_available, "NVMe offload needs DeepSpeed's async_io op")
+        require_package("libaio-dev", _aio_available, "NVMe offload needs DeepSpeed's async_io op")
     run = _plain_script(project, name)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])

@@ -107,5 +107,5 @@ def test_a_tracker_that_is_not_installed_is_refused_before_any_rank(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert p.returncode == EXIT_USAGE, p.stderr
     assert ('logging.log_with = ["tensorboard"] needs tensorboard, which is not installed: '
-            "pip install 'tuner[tracking]'") in p.stderr, p.stderr
+            "pip install 'tuner-train[tracking]'") in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and not (tmp_path / "out" / "metrics.jsonl").exists()

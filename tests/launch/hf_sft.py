@@ -1,7 +1,10 @@
 """A training script built on the HF Trainer (trl's SFTTrainer), as people write them: no
 tuner import. A tiny Llama is made from a config, the tokenizer and the data are local.
 
-    tuner launch BUILD hf_sft.py --tokenizer DIR --out DIR [--lr 1e-4 --batch 2 --steps 4]
+    tuner launch BUILD hf_sft.py --tokenizer DIR --out DIR [--lr 1e-4 --batch 2 --steps 4] [--save DIR]
+
+--save DIR: `trainer.save_model(DIR/as-is)` as scripts write it, then, under FSDP, the one-line
+fix `tuner launch` names for sharded builds and `trainer.save_model(DIR/fixed)`.
 
 Each rank writes DIR/rank-<N>.json: the world the Trainer saw, accelerate's distributed type,
 the steps done and the logged losses.
@@ -21,6 +24,7 @@ p.add_argument("--out", required=True)
 p.add_argument("--steps", type=int, default=4)
 p.add_argument("--batch", type=int, default=2)
 p.add_argument("--lr", type=float, default=1e-4)
+p.add_argument("--save", default=None)
 args = p.parse_args()
 
 tok = PreTrainedTokenizerFast.from_pretrained(args.tokenizer)
@@ -40,6 +44,12 @@ cfg = SFTConfig(
 )
 trainer = SFTTrainer(model=model, args=cfg, train_dataset=train, processing_class=tok)
 trainer.train()
+
+if args.save:
+    trainer.save_model(os.path.join(args.save, "as-is"))
+    if trainer.is_fsdp_enabled:
+        trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
+    trainer.save_model(os.path.join(args.save, "fixed"))
 
 acc = trainer.accelerator
 os.makedirs(args.out, exist_ok=True)

@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.debian import install_command
 from tuner.compiler import compile_text
 from tuner.compiler import cluster
 
@@ -67,7 +68,7 @@ def test_shell_scripts_are_clean(tmp_path, name):
         b = subprocess.run(["bash", "-n", str(p)], capture_output=True, text=True, timeout=30)
         assert b.returncode == 0, b.stderr
         if shutil.which("shellcheck") is None:
-            pytest.skip("shellcheck is not installed (apt-get install shellcheck); bash -n passed")
+            pytest.skip(f"shellcheck is not installed; {install_command('shellcheck')}; bash -n passed")
         s = subprocess.run(["shellcheck", "-s", "bash", str(p)], capture_output=True, text=True, timeout=60)
         assert s.returncode == 0, s.stdout
 

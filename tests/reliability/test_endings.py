@@ -43,8 +43,8 @@ def test_an_internal_error_is_one_line_exit_70_and_a_saved_traceback(monkeypatch
 
 
 @pytest.mark.parametrize("command, missing, hint", [
-    (["wizard", "s.toml"], "textual", "pip install 'tuner[tui]'"),
-    (["run", "build", "--max-steps", "1"], "accelerate", "pip install 'tuner[runtime]'"),
+    (["wizard", "s.toml"], "textual", "pip install 'tuner-train[tui]'"),
+    (["run", "build", "--max-steps", "1"], "accelerate", "pip install 'tuner-train[runtime]'"),
 ])
 def test_a_missing_optional_package_names_the_extra(tmp_path, command, missing, hint):
     """Installed without an extra, `tuner` and `tuner run` say what to install (exit 2), never

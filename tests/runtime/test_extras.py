@@ -40,7 +40,7 @@ def test_tuner_run_names_the_extra_of_a_missing_package(tmp_path, example, packa
     build = _build(tmp_path, example)
     p = _hidden_run(tmp_path, package, ["run", build])
     assert p.returncode == EXIT_USAGE, p.stderr
-    assert f"needs {package}, which is not installed: pip install 'tuner[{extra}]'" in p.stderr, p.stderr
+    assert f"needs {package}, which is not installed: pip install 'tuner-train[{extra}]'" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert not (tmp_path / "out" / "checkpoints").exists(), "no rank started"
 
@@ -49,7 +49,7 @@ def test_tuner_launch_of_a_deepspeed_build_names_the_extra(tmp_path):
     build = _build(tmp_path, "zero1")
     p = _hidden_run(tmp_path, "deepspeed", ["launch", build, "-m", "json.tool"])
     assert p.returncode == EXIT_USAGE, p.stderr
-    assert p.stderr.startswith("tuner launch: ") and "pip install 'tuner[deepspeed]'" in p.stderr, p.stderr
+    assert p.stderr.startswith("tuner launch: ") and "pip install 'tuner-train[deepspeed]'" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
 
 
@@ -72,4 +72,4 @@ def test_every_extra_named_exists_in_pyproject():
         assert extra in extras, f"{package}: extra {extra!r} is not in pyproject.toml"
         wanted = [r for r in extras[extra] if r.split(">")[0].split("<")[0].split("=")[0].strip() == package]
         assert wanted, f"pyproject's extra {extra!r} does not install {package}"
-    assert "tuner[" in install_hint("diffusers") and install_hint("numpy") is None
+    assert "tuner-train[" in install_hint("diffusers") and install_hint("numpy") is None

@@ -1,8 +1,8 @@
 """End to end in a real pseudo-terminal: tmux runs `tuner`, keys are sent with send-keys,
 the screen is read with capture-pane, and the saved file is compiled.
 
-tmux comes from Debian's packages; the test installs it when missing (apt-get) and skips,
-saying why, only when that is impossible.
+tmux comes from Debian's packages (scripts/test.sh installs it up front as root); where it is
+missing the test skips, naming the command that installs it.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.debian import ensure_package
+from tests.debian import require_package
 from tuner.compiler import compile_file
 
 pytestmark = pytest.mark.tui
 
 
 def _ensure_tmux() -> str:
-    ensure_package("tmux", lambda: shutil.which("tmux") is not None, "the terminal test drives tmux")
+    require_package("tmux", lambda: shutil.which("tmux") is not None, "the terminal test drives tmux")
     return shutil.which("tmux")
 
 

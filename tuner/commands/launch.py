@@ -64,6 +64,11 @@ def run(args) -> int:
         from tuner.runtime.launch import Topology, launch, script_entry
 
         topo = Topology.resolve(arts, args.machine_rank, args.main_address, args.main_port)
+        from tuner.runtime.launch_env import trainer_save_note
+
+        note = trainer_save_note(arts, target)
+        if note:
+            print(f"tuner launch: {note}", file=sys.stderr, flush=True)
         return launch(arts, script_entry(arts, target), topo)
     except RunError as exc:
         print(f"tuner launch: {exc.message}", file=sys.stderr)

@@ -42,8 +42,10 @@ def run(args) -> int:
     idx = index()
     path = idx.aliases.get(args.key, args.key)
     info = idx.keys.get(path)
+    if info is None and args.key in idx.sections:
+        return _section(idx, args.key)
     if info is None:
-        hints = idx.suggest(args.key)
+        hints = [h for h in idx.suggest(args.key) if h != args.key]
         print(f"unknown key {args.key!r}" + (f"; did you mean {' or '.join(hints)}?" if hints else ""), file=sys.stderr)
         return EXIT_USAGE
     print(f"{info.path}  ({info.prop['type']}, default {json.dumps(info.default)})")
@@ -52,4 +54,15 @@ def run(args) -> int:
         print(f"  choices: {', '.join(map(str, info.enum))}")
     if info.aliases:
         print(f"  aliases: {', '.join(info.aliases)}")
+    return EXIT_OK
+
+
+def _section(idx, section: str) -> int:
+    """`tuner schema fsdp`: the section's description, then one line per key."""
+    print(f"[{section}]  {idx.sections[section].get('description', '')}".rstrip())
+    for info in idx.keys.values():
+        if info.section == section:
+            summary = info.description.split(". ")[0].rstrip(".")
+            print(f"  {info.name}  ({info.prop['type']}, default {json.dumps(info.default)})  {summary}")
+    print(f"`tuner schema {section}.KEY` shows one key in full")
     return EXIT_OK
