@@ -1,0 +1,328 @@
+"""The rehearsal's observer, inside every rank (`tuner check`), with no change to the script.
+
+`rehearsal()` is a no-op unless ``$TUNER_CHECK_DIR`` is set (by `tuner check`); then the
+bootstrap (a person's script) and the worker (tuner's trainer) run inside it, and it:
+
+* wraps ``Accelerator.__init__`` (one record per Accelerator: rank, world size,
+  distributed type, precision as accelerate sees them, and `PartialState`'s view),
+  ``Accelerator.prepare`` (what went through it; how the prepared model's parameters are
+  held; a forward pre-hook that fingerprints the first batches and notes autocast) and
+  ``Accelerator.backward`` (the loss; gradients left over from the previous step);
+* registers torch's global optimizer-step hooks (every optimizer, prepared or not):
+  gradients on the optimizer's parameters before the step, the learning rate, and whether
+  the parameters changed after it;
+* stops the script after ``$TUNER_CHECK_STEPS`` optimizer steps (a private `RehearsalDone`,
+  a BaseException, so ``except Exception`` in a script does not swallow it) and writes
+  ``rank-<RANK>.json`` into ``$TUNER_CHECK_DIR`` for the launcher's `analyse`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+from typing import Any
+
+DIR_ENV, STEPS_ENV = "TUNER_CHECK_DIR", "TUNER_CHECK_STEPS"
+BATCHES = 3  # fingerprinted forward calls per run
+
+
+class RehearsalDone(BaseException):
+    """Raised after the rehearsal's last optimizer step; ends the script on every rank."""
+
+
+_runs: list[dict[str, Any]] = []
+_models: dict[int, Any] = {}  # run index -> prepared model
+_accelerators: dict[int, Any] = {}  # run index -> its Accelerator
+_installed = False
+
+
+def active() -> bool:
+    return bool(os.environ.get(DIR_ENV))
+
+
+@contextlib.contextmanager
+def rehearsal():
+    """Run the body (the script, or tuner's trainer) under the observer when checking."""
+    if not active():
+        yield
+        return
+    install()
+    error = None
+    try:
+        yield
+    except RehearsalDone:
+        pass
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            error = f"exit status {exc.code}"
+        raise
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        write(error)
+
+
+def redirect_output(arts):
+    """tuner's trainer in a rehearsal writes its metrics under the check's temporary
+    directory, not into the run's output directory."""
+    if active():
+        arts.settings.output.dir = os.path.join(os.environ[DIR_ENV], "output")
+    return arts
+
+
+def _run() -> dict[str, Any]:
+    if not _runs:
+        _runs.append(_new_run(None))
+    return _runs[-1]
+
+
+def _new_run(acc) -> dict[str, Any]:
+    return {"accelerator": None, "partial_state": None, "prepared": {"models": 0, "optimizers": 0, "dataloaders": 0,
+            "schedulers": 0}, "model": None, "batches": [], "batch_sizes": [], "autocast": [], "losses": [],
+            "backwards": 0, "steps": 0, "grads": [], "stale_grads": 0, "lr": [], "changed": None,
+            "optimizer": None, "ds": None, "state_bytes": None, "frozen_in_optimizer": 0}
+
+
+def _view(run, acc) -> None:
+    from accelerate.state import PartialState
+
+    run["accelerator"] = {**_state_view(acc), "mixed_precision": str(acc.mixed_precision),
+                          "accumulation": int(acc.gradient_accumulation_steps)}
+    run["partial_state"] = _state_view(PartialState())
+
+
+def _state_view(obj) -> dict[str, Any]:
+    return {"process_index": int(obj.process_index), "num_processes": int(obj.num_processes),
+            "distributed_type": getattr(obj.distributed_type, "name", str(obj.distributed_type))}
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    import torch
+    from accelerate import Accelerator
+
+    init, prepare, backward = Accelerator.__init__, Accelerator.prepare, Accelerator.backward
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        run = _new_run(self)
+        _runs.append(run)
+        _accelerators[len(_runs) - 1] = self
+        _view(run, self)
+
+    def prepare_(self, *args, **kwargs):
+        run = _run()
+        _view(run, self)  # again: tuner's trainer corrects the CPU state after the constructor
+        before = [a for a in args if isinstance(a, torch.nn.Module)]
+        if before and run["model"] is None:
+            run["dtypes"] = sorted({str(p.dtype).replace("torch.", "") for p in before[0].parameters()})
+        result = prepare(self, *args, **kwargs)
+        items = result if isinstance(result, tuple) else (result,)
+        _note_prepared(run, items, self)
+        return result
+
+    def backward_(self, loss, **kwargs):
+        run = _run()
+        run["backwards"] += 1
+        try:
+            run["losses"].append(float(loss.detach().float().mean().item()))
+        except Exception:  # noqa: BLE001 - a loss that is not a tensor: nothing to read
+            pass
+        model = _models.get(len(_runs) - 1)
+        if (model is not None and run["steps"] and run["backwards"] == run["steps"] + 1
+                and run["ds"] is None and int(self.gradient_accumulation_steps) == 1 and _left_over(model)):
+            run["stale_grads"] += 1
+        out = backward(self, loss, **kwargs)
+        engine = getattr(self, "deepspeed_engine_wrapped", None)
+        if engine is not None:
+            _after_ds_step(run, engine.engine)
+        return out
+
+    Accelerator.__init__, Accelerator.prepare, Accelerator.backward = __init__, prepare_, backward_
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    register_optimizer_step_pre_hook(_pre_step)
+    register_optimizer_step_post_hook(_post_step)
+
+
+def _local(t):
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _left_over(model) -> bool:
+    """Gradients still there at the first backward after a step: nobody zeroed them."""
+    for p in model.parameters():
+        g = getattr(p, "grad", None)
+        if g is not None and bool(_local(g).abs().sum() > 0):
+            return True
+    return False
+
+
+def _fingerprint(value) -> tuple[str, int] | None:
+    import torch
+
+    tensors = []
+
+    def walk(v):
+        if isinstance(v, torch.Tensor):
+            tensors.append(v)
+        elif isinstance(v, dict):
+            for k in sorted(v, key=str):
+                walk(v[k])
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+
+    walk(value)
+    if not tensors:
+        return None
+    h = hashlib.sha1()
+    for t in tensors:
+        h.update(_local(t).detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16], int(tensors[0].shape[0]) if tensors[0].dim() else 1
+
+
+def _model_facts(model) -> dict[str, Any]:
+    kinds: dict[str, int] = {}
+    full = local = trainable = trainable_local = 0
+    for p in model.parameters():
+        if hasattr(p, "to_local"):
+            kind, n, k = "DTensor", p.numel(), p.to_local().numel()
+        elif hasattr(p, "ds_numel"):
+            kind, n, k = "ZeRO-3", int(p.ds_numel), int(p.ds_tensor.numel())
+        elif getattr(p, "_is_flat_param", False) or type(p).__name__ == "FlatParameter":
+            size = getattr(p, "_unpadded_unsharded_size", None)
+            kind, n, k = "FlatParameter", int(size.numel()) if size is not None else p.numel(), p.numel()
+        else:
+            kind, n, k = "Tensor", p.numel(), p.numel()
+        kinds[kind] = kinds.get(kind, 0) + 1
+        full, local = full + n, local + k
+        if p.requires_grad:
+            trainable, trainable_local = trainable + n, trainable_local + k
+    return {"kinds": kinds, "numel": full, "local_numel": local, "trainable": trainable,
+            "trainable_local": trainable_local, "type": type(model).__name__,
+            "dtypes": sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()})}
+
+
+def _note_prepared(run, items, acc) -> None:
+    import torch
+
+    for obj in items:
+        name = type(obj).__name__
+        if isinstance(obj, torch.nn.Module):
+            run["prepared"]["models"] += 1
+            run["model"] = _model_facts(obj)
+            _models[len(_runs) - 1] = obj
+            obj.register_forward_pre_hook(_forward_hook(run), with_kwargs=True)
+            if name == "DeepSpeedEngine":
+                run["ds"] = {"stage": int(obj.zero_optimization_stage()),
+                             "micro": int(obj.train_micro_batch_size_per_gpu()),
+                             "accumulation": int(obj.gradient_accumulation_steps()),
+                             "train_batch": int(obj.train_batch_size()), "world": int(obj.dp_world_size),
+                             "bf16": bool(obj.bfloat16_enabled()), "fp16": bool(obj.fp16_enabled())}
+        elif isinstance(obj, torch.optim.Optimizer) or hasattr(obj, "param_groups"):
+            run["prepared"]["optimizers"] += 1
+        elif "DataLoader" in name or isinstance(obj, torch.utils.data.DataLoader):
+            run["prepared"]["dataloaders"] += 1
+        elif "Scheduler" in name or hasattr(obj, "get_last_lr"):
+            run["prepared"]["schedulers"] += 1
+
+
+def _forward_hook(run):
+    def hook(module, args, kwargs):
+        import torch
+
+        if len(run["batches"]) < BATCHES:
+            fp = _fingerprint([args, kwargs])
+            if fp is not None:
+                run["batches"].append(fp[0])
+                run["batch_sizes"].append(fp[1])
+            run["autocast"].append(bool(torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")))
+        return None
+    return hook
+
+
+def _params(opt):
+    return [p for g in opt.param_groups for p in g["params"]]
+
+
+def _checksum(params) -> list[float]:
+    return [float(_local(p).detach().double().sum()) + float(_local(p).detach().double().abs().sum()) for p in params]
+
+
+_before: dict[int, list[float]] = {}
+
+
+def _pre_step(opt, args, kwargs) -> None:
+    run = _run()
+    limit = int(os.environ.get(STEPS_ENV, "0") or 0)
+    if limit and run["steps"] >= limit:  # the rehearsal's steps are done: end the script here
+        raise RehearsalDone()
+    params = _params(opt)
+    grads = [_local(p.grad) for p in params if getattr(p, "grad", None) is not None]
+    finite = all(bool(g.isfinite().all()) for g in grads)
+    nonzero = any(bool(g.abs().sum() > 0) for g in grads)
+    run["grads"].append({"with_grad": len(grads), "params": len(params), "finite": finite, "nonzero": nonzero})
+    model = _models.get(len(_runs) - 1)
+    if run["optimizer"] is None:
+        ids = {id(p) for p in params}
+        info: dict[str, Any] = {"params": len(params), "type": type(opt).__name__}
+        if model is not None and run["ds"] is None:
+            trainable = [p for p in model.parameters() if p.requires_grad]
+            info["trainable_in_model"] = len(trainable)
+            info["trainable_held"] = sum(id(p) in ids for p in trainable)
+            model_ids = {id(p) for p in model.parameters()}
+            info["foreign"] = sum(id(p) not in model_ids for p in params)
+            info["frozen_held"] = sum(1 for p in params if not p.requires_grad)
+        run["optimizer"] = info
+    if run["changed"] is None:
+        _before[id(opt)] = _checksum(params)
+
+
+def _post_step(opt, args, kwargs) -> None:
+    run = _run()
+    run["steps"] += 1
+    run["lr"].append(max((float(g.get("lr", 0.0)) for g in opt.param_groups), default=0.0))
+    if run["changed"] is None and id(opt) in _before:
+        run["changed"] = _checksum(_params(opt)) != _before.pop(id(opt))
+    if run["steps"] == 1 and run["state_bytes"] is None:
+        model = _models.get(len(_runs) - 1)
+        if model is not None:
+            from tuner.runtime.memory import rank_state_bytes
+
+            with contextlib.suppress(Exception):
+                run["state_bytes"] = rank_state_bytes(model, opt)
+
+
+def _after_ds_step(run, engine) -> None:
+    norm = engine.get_global_grad_norm() if hasattr(engine, "get_global_grad_norm") else None
+    if norm is not None:
+        v = float(norm)
+        run.setdefault("ds_grad_norms", []).append(v if math.isfinite(v) else str(v))
+    if run["state_bytes"] is None and run["steps"]:
+        from tuner.runtime.memory import rank_state_bytes
+
+        with contextlib.suppress(Exception):
+            run["state_bytes"] = rank_state_bytes(engine, None)
+
+
+def write(error: str | None = None) -> None:
+    d = os.environ.get(DIR_ENV)
+    if not d:
+        return
+    rank = os.environ.get("RANK", "0")
+    data = {"rank": int(rank), "env_world": int(os.environ.get("WORLD_SIZE", "1")),
+            "runs": [r for r in _runs if r["accelerator"] is not None or r["backwards"] or r["steps"]],
+            "error": error}
+    os.makedirs(d, exist_ok=True)
+    tmp = os.path.join(d, f".rank-{rank}.json")
+    with open(tmp, "w") as fh:
+        json.dump(data, fh, default=str)
+    os.replace(tmp, os.path.join(d, f"rank-{rank}.json"))
