@@ -51,6 +51,7 @@ def analyse(arts, facts: dict[int, dict], ranks: list[int], own_trainer: bool) -
         found = _one_run(arts, per_rank, own_trainer)
         for f in found:
             f.saw += label
+            f.run = i + 1 if n > 1 else 0
         out += found
     return out
 
@@ -199,6 +200,12 @@ def _steps(arts, runs) -> list[Finding]:
     if run["backwards"] and not run["steps"]:
         return [fault("optimizer-step", "all", f"{run['backwards']} backward passes and no optimizer step: nothing is "
                       "learned", "call optimizer.step() (and optimizer.zero_grad()) after accelerator.backward(loss)")]
+    accum = arts.settings.training.gradient_accumulation_steps
+    if accum > 1 and run.get("ds") is None and run["backwards"] >= accum and run["steps"] * accum > run["backwards"]:
+        return [fault("optimizer-step", "all", f"{run['steps']} optimizer steps in {run['backwards']} backward passes; "
+                      f"the settings accumulate {accum} micro-batches per step (training.gradient_accumulation_steps)",
+                      "wrap each micro-step in `with accelerator.accumulate(model):` (and build the Accelerator with "
+                      f"gradient_accumulation_steps={accum}), or recompile with the accumulation you run")]
     stale = [r for r, run in runs.items() if run["stale_grads"]]
     if stale:
         return [fault("optimizer-step", f"rank {stale[0]}", "gradients from the previous step were still there at the "

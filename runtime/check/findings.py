@@ -53,6 +53,8 @@ class Finding:
     where: str  # "machine 1", "rank 0", "all"
     saw: str
     fix: str = ""
+    run: int = 0
+    """Which Accelerator of the rank (1, 2, ...) a run check is about; 0: the only one."""
 
     def line(self) -> str:
         mark = {"ok": "ok   ", "fault": "FAULT", "skipped": "skip "}[self.status]

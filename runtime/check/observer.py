@@ -37,6 +37,7 @@ _runs: list[dict[str, Any]] = []
 _models: dict[int, Any] = {}  # run index -> prepared model
 _accelerators: dict[int, Any] = {}  # run index -> its Accelerator
 _installed = False
+_depth: list[int] = []
 
 
 def active() -> bool:
@@ -108,7 +109,7 @@ def install() -> None:
     import torch
     from accelerate import Accelerator
 
-    init, prepare, backward = Accelerator.__init__, Accelerator.prepare, Accelerator.backward
+    init, backward = Accelerator.__init__, Accelerator.backward
 
     def __init__(self, *args, **kwargs):
         init(self, *args, **kwargs)
@@ -117,16 +118,24 @@ def install() -> None:
         _accelerators[len(_runs) - 1] = self
         _view(run, self)
 
-    def prepare_(self, *args, **kwargs):
-        run = _run()
-        _view(run, self)  # again: tuner's trainer corrects the CPU state after the constructor
-        before = [a for a in args if isinstance(a, torch.nn.Module)]
-        if before and run["model"] is None:
-            run["dtypes"] = sorted({str(p.dtype).replace("torch.", "") for p in before[0].parameters()})
-        result = prepare(self, *args, **kwargs)
-        items = result if isinstance(result, tuple) else (result,)
-        _note_prepared(run, items, self)
-        return result
+    def wrap(original):
+        def prepare_(self, *args, **kwargs):
+            if _depth:  # prepare() calls prepare_model() ...: note the outermost call only
+                return original(self, *args, **kwargs)
+            run = _run()
+            _view(run, self)  # again: tuner's trainer corrects the CPU state after the constructor
+            before = [a for a in args if isinstance(a, torch.nn.Module)]
+            if before and run["model"] is None:
+                run["dtypes"] = sorted({str(p.dtype).replace("torch.", "") for p in before[0].parameters()})
+            _depth.append(1)
+            try:
+                result = original(self, *args, **kwargs)
+            finally:
+                _depth.pop()
+            items = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+            _note_prepared(run, items, self)
+            return result
+        return prepare_
 
     def backward_(self, loss, **kwargs):
         run = _run()
@@ -145,7 +154,9 @@ def install() -> None:
             _after_ds_step(run, engine.engine)
         return out
 
-    Accelerator.__init__, Accelerator.prepare, Accelerator.backward = __init__, prepare_, backward_
+    Accelerator.__init__, Accelerator.backward = __init__, backward_
+    for name in ("prepare", "prepare_model", "prepare_optimizer", "prepare_data_loader", "prepare_scheduler"):
+        setattr(Accelerator, name, wrap(getattr(Accelerator, name)))
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     register_optimizer_step_pre_hook(_pre_step)
@@ -254,7 +265,11 @@ def _params(opt):
 
 
 def _checksum(params) -> list[float]:
-    return [float(_local(p).detach().double().sum()) + float(_local(p).detach().double().abs().sum()) for p in params]
+    out = []
+    for p in params:
+        t = _local(p).detach().double()
+        out += [float(t.sum()), float((t * t).sum())]
+    return out
 
 
 _before: dict[int, list[float]] = {}
