@@ -34,6 +34,10 @@ def analyse(arts, facts: dict[int, dict], ranks: list[int], own_trainer: bool) -
         out.append(fault("rehearsal", ", ".join(f"rank {r}" for r in missing), "wrote no report (it failed or was killed)",
                          "see the rank's output above; fix the error and run tuner check again"))
     for r, f in sorted(facts.items()):
+        if f.get("observer_errors"):
+            out.append(fault("rehearsal", f"rank {r}", "tuner check's observer failed (a bug in tuner check; the "
+                             f"script went on): {f['observer_errors'][0]}",
+                             "report it; --skip the check it names, or run tuner launch without --check"))
         if f.get("error"):
             out.append(fault("rehearsal", f"rank {r}", f"the script failed: {f['error'][:300]}",
                              "fix the error shown in the rank's output"))
@@ -112,7 +116,7 @@ def _sharding(arts, runs) -> list[Finding]:
     if strategy in ("single", "ddp", "zero0") or world < 2:
         return [skipped("sharding", "all", f"{strategy}: every rank holds the whole model, as planned")]
     if strategy in ("zero1", "zero2"):
-        return [skipped("sharding", "all", f"{strategy}: parameters are whole; the optimizer partition is checked by memory")]
+        return _zero_partition(strategy, world, runs)
     want_kind = {"fsdp2": "DTensor", "fsdp1": "FlatParameter", "zero3": "ZeRO-3"}[strategy]
     out = []
     for r, run in runs.items():
@@ -129,6 +133,22 @@ def _sharding(arts, runs) -> list[Finding]:
                              "launch with the build's config (FSDP/DeepSpeed must reach accelerate) and pass the model "
                              "to accelerator.prepare; an FSDP config the script overrides is ignored silently"))
     return out or [ok("sharding", "all", f"each rank holds about 1/{world} of the parameters as {want_kind}")]
+
+
+def _zero_partition(strategy: str, world: int, runs) -> list[Finding]:
+    out = []
+    for r, run in runs.items():
+        ds, m = run.get("ds"), run.get("model")
+        if ds is None or m is None or not ds.get("partition"):
+            out.append(fault("sharding", f"rank {r}", f"no ZeRO optimizer partition ({m['type'] if m else 'no model'})",
+                             "pass the model and the optimizer to accelerator.prepare under the build's DeepSpeed config"))
+            continue
+        share = ds["partition"] / max(1, m["trainable"])
+        if share > 1.0 / world + 0.25:
+            out.append(fault("sharding", f"rank {r}", f"the optimizer partition holds {share:.0%} of the trainable "
+                             f"parameters; {strategy} on {world} ranks should hold about {1 / world:.0%}",
+                             "launch with the build's deepspeed.json (tuner launch does)"))
+    return out or [ok("sharding", "all", f"each rank's optimizer partition holds about 1/{world} of the parameters")]
 
 
 def _data(arts, runs) -> list[Finding]:

@@ -40,6 +40,26 @@ _installed = False
 _depth: list[int] = []
 
 
+def _safe(fn):
+    """An observer that fails must not fail the script: note the error, go on."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except RehearsalDone:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported in the rank's facts, never raised
+            _errors.append(f"{fn.__name__}: {type(exc).__name__}: {exc}"[:300])
+            return None
+    return wrapper
+
+
+_errors: list[str] = []
+_launch_env: dict[str, str] = {}  # RANK / WORLD_SIZE as the launcher set them (a script may change them)
+
+
 def active() -> bool:
     return bool(os.environ.get(DIR_ENV))
 
@@ -51,6 +71,7 @@ def rehearsal():
         yield
         return
     install()
+    _launch_env.update(rank=os.environ.get("RANK", "0"), world=os.environ.get("WORLD_SIZE", "1"))
     error = None
     try:
         yield
@@ -88,6 +109,7 @@ def _new_run(acc) -> dict[str, Any]:
             "optimizer": None, "ds": None, "state_bytes": None, "frozen_in_optimizer": 0}
 
 
+@_safe
 def _view(run, acc) -> None:
     from accelerate.state import PartialState
 
@@ -167,6 +189,7 @@ def _local(t):
     return t.to_local() if hasattr(t, "to_local") else t
 
 
+@_safe
 def _left_over(model) -> bool:
     """Gradients still there at the first backward after a step: nobody zeroed them."""
     for p in model.parameters():
@@ -222,6 +245,7 @@ def _model_facts(model) -> dict[str, Any]:
             "dtypes": sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()})}
 
 
+@_safe
 def _note_prepared(run, items, acc) -> None:
     import torch
 
@@ -232,12 +256,17 @@ def _note_prepared(run, items, acc) -> None:
             run["model"] = _model_facts(obj)
             _models[len(_runs) - 1] = obj
             obj.register_forward_pre_hook(_forward_hook(run), with_kwargs=True)
+            leaf = next((x for x in obj.modules() if not list(x.children()) and next(x.parameters(recurse=False), None) is not None), None)
+            if leaf is not None:  # inside the forward: where accelerate's autocast is active
+                leaf.register_forward_pre_hook(_autocast_hook(run))
             if name == "DeepSpeedEngine":
                 run["ds"] = {"stage": int(obj.zero_optimization_stage()),
                              "micro": int(obj.train_micro_batch_size_per_gpu()),
                              "accumulation": int(obj.gradient_accumulation_steps()),
                              "train_batch": int(obj.train_batch_size()), "world": int(obj.dp_world_size),
-                             "bf16": bool(obj.bfloat16_enabled()), "fp16": bool(obj.fp16_enabled())}
+                             "bf16": bool(obj.bfloat16_enabled()), "fp16": bool(obj.fp16_enabled()),
+                             "partition": sum(int(t.numel()) for t in
+                                              getattr(obj.optimizer, "single_partition_of_fp32_groups", []) or [])}
         elif isinstance(obj, torch.optim.Optimizer) or hasattr(obj, "param_groups"):
             run["prepared"]["optimizers"] += 1
         elif "DataLoader" in name or isinstance(obj, torch.utils.data.DataLoader):
@@ -247,6 +276,7 @@ def _note_prepared(run, items, acc) -> None:
 
 
 def _forward_hook(run):
+    @_safe
     def hook(module, args, kwargs):
         import torch
 
@@ -255,8 +285,17 @@ def _forward_hook(run):
             if fp is not None:
                 run["batches"].append(fp[0])
                 run["batch_sizes"].append(fp[1])
-            run["autocast"].append(bool(torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")))
         return None
+    return hook
+
+
+def _autocast_hook(run):
+    @_safe
+    def hook(module, args):
+        import torch
+
+        if len(run["autocast"]) < BATCHES:
+            run["autocast"].append(bool(torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")))
     return hook
 
 
@@ -275,6 +314,7 @@ def _checksum(params) -> list[float]:
 _before: dict[int, list[float]] = {}
 
 
+@_safe
 def _pre_step(opt, args, kwargs) -> None:
     run = _run()
     limit = int(os.environ.get(STEPS_ENV, "0") or 0)
@@ -301,6 +341,7 @@ def _pre_step(opt, args, kwargs) -> None:
         _before[id(opt)] = _checksum(params)
 
 
+@_safe
 def _post_step(opt, args, kwargs) -> None:
     run = _run()
     run["steps"] += 1
@@ -316,6 +357,7 @@ def _post_step(opt, args, kwargs) -> None:
                 run["state_bytes"] = rank_state_bytes(model, opt)
 
 
+@_safe
 def _after_ds_step(run, engine) -> None:
     norm = engine.get_global_grad_norm() if hasattr(engine, "get_global_grad_norm") else None
     if norm is not None:
@@ -332,10 +374,10 @@ def write(error: str | None = None) -> None:
     d = os.environ.get(DIR_ENV)
     if not d:
         return
-    rank = os.environ.get("RANK", "0")
-    data = {"rank": int(rank), "env_world": int(os.environ.get("WORLD_SIZE", "1")),
+    rank = _launch_env.get("rank") or os.environ.get("RANK", "0")
+    data = {"rank": int(rank), "env_world": int(_launch_env.get("world") or os.environ.get("WORLD_SIZE", "1")),
             "runs": [r for r in _runs if r["accelerator"] is not None or r["backwards"] or r["steps"]],
-            "error": error}
+            "error": error, "observer_errors": _errors}
     os.makedirs(d, exist_ok=True)
     tmp = os.path.join(d, f".rank-{rank}.json")
     with open(tmp, "w") as fh:

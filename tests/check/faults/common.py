@@ -12,9 +12,9 @@ def model():
     return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
 
 
-def dataset(world: int = 2, batch: int = BATCH, nan: bool = False):
+def dataset(world: int = 2, batch: int = BATCH, nan: bool = False, steps: int = STEPS):
     g = torch.Generator().manual_seed(1)
-    n = STEPS * batch * world
+    n = steps * batch * world
     x = torch.randn(n, 16, generator=g)
     y = x @ torch.linspace(-1, 1, 16).unsqueeze(1)
     if nan:
