@@ -66,7 +66,7 @@ def _one_run(arts, runs: dict[int, dict], own_trainer: bool) -> list[Finding]:
                   _loss, _lr, _ds_batch, _precision, _dtypes):
         out += check(arts, runs)
     if own_trainer:
-        out += _memory(arts, runs)
+        out += _memory(arts, runs) + _schedule(arts, runs)
     return out
 
 
@@ -244,7 +244,7 @@ def _changed(arts, runs) -> list[Finding]:
                           "check the learning rate, that gradients reach the parameters the optimizer holds, and "
                           "that the step is not skipped (fp16 loss scaling skips steps with inf gradients)")]
     if any(run.get("changed") for run in runs.values()):
-        return [ok("params-change", "all", "parameters changed in the first step")]
+        return [ok("params-change", "all", "parameters move with the steps")]
     return [skipped("params-change", "all", "no optimizer step")]
 
 
@@ -294,6 +294,30 @@ def _lr(arts, runs) -> list[Finding]:
         return [fault("lr", "all", f"learning rate {run['lr']} at every rehearsed step: parameters never move",
                       "set a positive learning rate; check the scheduler (warmup from 0 must rise after step 1)")]
     return [ok("lr", "all", "steps at lr " + ", ".join(f"{x:.3g}" for x in run["lr"]))]
+
+
+def _schedule(arts, runs) -> list[Finding]:
+    """tuner's own trainer: the learning rate of each rehearsed step is the settings' schedule."""
+    t = arts.settings.training
+    r, run = next(iter(runs.items()))
+    if arts.plan.uses_deepspeed or t.max_steps <= 0 or not run["lr"]:
+        return [skipped("lr", "all", "schedule not compared (DeepSpeed's scheduler, or an epoch-based run)")]
+    import torch
+
+    from tuner.runtime.optim import lr_schedule
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=t.learning_rate)
+    sched = lr_schedule(t.lr_scheduler, opt, t.warmup_steps, t.max_steps)
+    want = []
+    for _ in run["lr"]:
+        want.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    if any(abs(a - b) > 1e-9 + 1e-6 * abs(b) for a, b in zip(run["lr"], want)):
+        return [fault("lr", "all", f"steps at lr {run['lr']}; the settings' {t.lr_scheduler} schedule (warmup "
+                      f"{t.warmup_steps}, {t.max_steps} steps) gives {want}",
+                      "step the scheduler once per optimizer step (not per micro-batch or per rank)")]
+    return [ok("lr", "all", f"follows the {t.lr_scheduler} schedule: " + ", ".join(f"{x:.3g}" for x in run["lr"]))]
 
 
 def _ds_batch(arts, runs) -> list[Finding]:

@@ -337,7 +337,7 @@ def _pre_step(opt, args, kwargs) -> None:
             info["foreign"] = sum(id(p) not in model_ids for p in params)
             info["frozen_held"] = sum(1 for p in params if not p.requires_grad)
         run["optimizer"] = info
-    if run["changed"] is None:
+    if not run["changed"]:  # until a step is seen to move the parameters
         _before[id(opt)] = _checksum(params)
 
 
@@ -346,8 +346,11 @@ def _post_step(opt, args, kwargs) -> None:
     run = _run()
     run["steps"] += 1
     run["lr"].append(max((float(g.get("lr", 0.0)) for g in opt.param_groups), default=0.0))
-    if run["changed"] is None and id(opt) in _before:
-        run["changed"] = _checksum(_params(opt)) != _before.pop(id(opt))
+    if not run["changed"] and id(opt) in _before:
+        moved = _checksum(_params(opt)) != _before.pop(id(opt))
+        # A step at lr 0 (the first step of a warmup) moves nothing: it proves nothing either.
+        if moved or run["lr"][-1] > 0:
+            run["changed"] = moved
     if run["steps"] == 1 and run["state_bytes"] is None:
         model = _models.get(len(_runs) - 1)
         if model is not None:
