@@ -303,7 +303,6 @@ def _schedule(arts, runs) -> list[Finding]:
     if arts.plan.uses_deepspeed or t.max_steps <= 0 or not run["lr"]:
         return [skipped("lr", "all", "schedule not compared (DeepSpeed's scheduler, or an epoch-based run)")]
     import torch
-
     from tuner.runtime.optim import lr_schedule
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=t.learning_rate)
@@ -313,7 +312,7 @@ def _schedule(arts, runs) -> list[Finding]:
         want.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
-    if any(abs(a - b) > 1e-9 + 1e-6 * abs(b) for a, b in zip(run["lr"], want)):
+    if any(abs(a - b) > 1e-9 + 1e-6 * abs(b) for a, b in zip(run["lr"], want, strict=True)):
         return [fault("lr", "all", f"steps at lr {run['lr']}; the settings' {t.lr_scheduler} schedule (warmup "
                       f"{t.warmup_steps}, {t.max_steps} steps) gives {want}",
                       "step the scheduler once per optimizer step (not per micro-batch or per rank)")]

@@ -256,7 +256,8 @@ def _note_prepared(run, items, acc) -> None:
             run["model"] = _model_facts(obj)
             _models[len(_runs) - 1] = obj
             obj.register_forward_pre_hook(_forward_hook(run), with_kwargs=True)
-            leaf = next((x for x in obj.modules() if not list(x.children()) and next(x.parameters(recurse=False), None) is not None), None)
+            leaf = next((x for x in obj.modules()
+                         if not list(x.children()) and next(x.parameters(recurse=False), None) is not None), None)
             if leaf is not None:  # inside the forward: where accelerate's autocast is active
                 leaf.register_forward_pre_hook(_autocast_hook(run))
             if name == "DeepSpeedEngine":
@@ -278,7 +279,6 @@ def _note_prepared(run, items, acc) -> None:
 def _forward_hook(run):
     @_safe
     def hook(module, args, kwargs):
-        import torch
 
         if len(run["batches"]) < BATCHES:
             fp = _fingerprint([args, kwargs])

@@ -86,6 +86,10 @@ def _route_interfaces() -> list[str]:
 
 
 def _gpu_facts() -> dict[str, Any]:
+    import glob
+
+    if not (os.path.exists("/proc/driver/nvidia") or glob.glob("/dev/nvidia*") or os.path.exists("/dev/kfd")):
+        return {"count": 0, "memory": [], "nccl": None}  # no GPU driver: no torch import needed to say so
     try:
         import torch
     except ImportError:
