@@ -253,3 +253,20 @@ def test_skip_turns_a_check_off(tmp_path, build):
     rc, report, _ = check("--launch-only", "--skip", "script", str(build), "no_such_train.py", cwd=tmp_path)
     assert rc == 0, report["faults"]
     assert any(f["check"] == "script" and f["status"] == "skipped" for f in report["findings"])
+
+
+def test_launch_and_run_with_check_stop_at_a_fault(tmp_path, build):
+    """`tuner launch --check` / `tuner run --check`: a fault stops the command before any rank
+    starts (the script never runs); the report goes to stderr."""
+    facts = tmp_path / "facts.json"
+    facts.write_text(json.dumps({"platform": "cpu", "host_memory_bytes": 4 << 20, "host_available_bytes": 2 << 20,
+                                 "hostname": socket.gethostname()}))
+    (tmp_path / "train.py").write_text("open('ran', 'w').close()\n")
+    low = {**os.environ, "TUNER_HARDWARE_FACTS": str(facts)}
+    for cmd in (["launch", "--check", str(build), "train.py"], ["run", "--check", str(build)]):
+        p = subprocess.run([sys.executable, "-m", "tuner", *cmd], cwd=tmp_path, capture_output=True, text=True,
+                           env=low, timeout=120)
+        assert p.returncode == 1, (cmd, p.stderr[-2000:])
+        assert "FAULT host-ram" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "ran").exists()
+    assert not (tmp_path / "output" / "metrics.jsonl").exists()
