@@ -15,7 +15,6 @@ import sys
 import time
 
 import pytest
-
 from check_helpers import CPU2, check, compile_build, faults, finish, free_port, start, two_machines
 
 SCRIPT_BODY = "print('train')\n"

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from check_helpers import CPU2, FAULTS, check, compile_build, faults
+
 from tests.launch.launch_helpers import HERE as LAUNCH_TESTS
 from tests.launch.launch_helpers import tuner
 
@@ -110,3 +110,27 @@ def test_trainer_that_overrides_the_builds_precision(tmp_path):
     rc, report, err = check(*args, "--out", str(tmp_path / "checked"), cwd=tmp_path)
     assert rc == 1, err[-3000:]
     assert "mixed-precision" in faults(report)
+
+
+def test_tuners_own_trainer_on_the_fsdp2_example(tmp_path):
+    """No script: the rehearsal runs tuner's trainer on the build's settings. Its per-rank
+    model state is within 10% of the estimate and its lr follows the warmup schedule (the
+    first warmup step at lr 0 is no false alarm for params-change); nothing is written into
+    the run's output directory."""
+    import shutil
+    import subprocess
+    import sys
+
+    from check_helpers import env
+
+    from tests.conftest import EXAMPLES
+
+    shutil.copy(EXAMPLES / "fsdp2.toml", tmp_path / "fsdp2.toml")
+    c = subprocess.run([sys.executable, "-m", "tuner", "compile", str(tmp_path / "fsdp2.toml"), "-q"],
+                       capture_output=True, text=True, env=env(), timeout=120)
+    assert c.returncode == 0, c.stderr
+    rc, report, err = check(str(tmp_path / "build"), cwd=tmp_path)
+    assert rc == 0, (report.get("faults"), err[-3000:])
+    oks = {f["check"]: f["saw"] for f in report["findings"] if f["status"] == "ok"}
+    assert "within 10%" in oks["memory"] and "follows the" in oks["lr"] and "DTensor" in oks["sharding"]
+    assert not (tmp_path / "output").exists()

@@ -1,7 +1,6 @@
 """The control: a correct plain accelerate loop (no fault); tuner check must pass it."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, loss_fn, model
 
 acc = Accelerator()

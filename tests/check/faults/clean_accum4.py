@@ -2,7 +2,6 @@
 optimizer step, as the settings say (no fault)."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, loss_fn, model
 
 acc = Accelerator(gradient_accumulation_steps=4)

@@ -2,7 +2,6 @@
 norm 0"): every gradient is scaled to zero, the model never moves. Expected: grads."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, loss_fn, model
 
 acc = Accelerator()

@@ -3,7 +3,6 @@ counts 8 per rank (its global batch, LR schedule by samples and throughput are o
 Expected: batch-arithmetic."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, loss_fn, model
 
 acc = Accelerator()

@@ -4,7 +4,6 @@ the model mixes dtypes: mixed precision, communication and memory are not what w
 Expected: dtypes."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, model
 
 

@@ -2,7 +2,6 @@
 the run trains 1 of 1,153 parameters although the plan is a full fine-tune. Expected: trainable."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, loss_fn, model
 
 acc = Accelerator()

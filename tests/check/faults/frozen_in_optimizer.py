@@ -3,7 +3,6 @@ frozen ones included (optimizer memory for nothing; FSDP v1 refuses such flat pa
 Expected: optimizer-params."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, loss_fn, model
 
 acc = Accelerator()

@@ -3,7 +3,6 @@ optimizer are used as built. The build's FSDP settings never reach the model: ev
 holds and trains a whole, unsynchronised copy. Expected: sharding (and prepared)."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, loss_fn, model
 
 acc = Accelerator()

@@ -2,7 +2,6 @@
 Expected: lr (and params-change)."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, loss_fn, model
 
 acc = Accelerator()

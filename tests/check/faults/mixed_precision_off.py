@@ -2,7 +2,6 @@
 the build's bf16: the run is fp32, slower and bigger than planned. Expected: mixed-precision."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, loss_fn, model
 
 acc = Accelerator(mixed_precision="no", gradient_accumulation_steps=4)

@@ -2,7 +2,6 @@
 gradients are never synchronised, every rank drifts apart. Expected: prepared."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, loss_fn, model
 
 acc = Accelerator()

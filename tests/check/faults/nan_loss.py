@@ -2,7 +2,6 @@
 Expected: loss (and grads)."""
 import torch
 from accelerate import Accelerator
-
 from common import BATCH, dataset, loss_fn, model
 
 acc = Accelerator()

@@ -3,7 +3,6 @@ batch (no accelerator.accumulate): the effective batch is 4x smaller than the se
 Expected: optimizer-step."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, loss_fn, model
 
 acc = Accelerator()

@@ -2,7 +2,6 @@
 the loss is logged, nothing is learned. Expected: optimizer-step."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, loss_fn, model
 
 acc = Accelerator()

@@ -4,7 +4,6 @@ import copy
 
 import torch
 from accelerate import Accelerator
-
 from common import loader, loss_fn, model
 
 acc = Accelerator()

@@ -2,7 +2,6 @@
 each rank trains on identical data. Expected: data-sharded."""
 import torch
 from accelerate import Accelerator
-
 from common import STEPS, model
 
 acc = Accelerator()

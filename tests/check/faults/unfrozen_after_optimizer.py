@@ -3,7 +3,6 @@ still frozen; it is unfrozen afterwards, so it gets gradients but is never updat
 Expected: optimizer-params."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, loss_fn, model
 
 acc = Accelerator()

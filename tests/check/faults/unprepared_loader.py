@@ -2,7 +2,6 @@
 (the world trains on one rank's data, N times). Expected: data-sharded."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, loss_fn, model
 
 acc = Accelerator()

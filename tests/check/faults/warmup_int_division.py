@@ -2,7 +2,6 @@
 at 0 for the whole warmup. Expected: lr."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, loss_fn, model
 
 acc = Accelerator()

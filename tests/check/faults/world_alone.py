@@ -8,7 +8,6 @@ for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"
 
 import torch  # noqa: E402
 from accelerate import Accelerator  # noqa: E402
-
 from common import loader, loss_fn, model  # noqa: E402
 
 acc = Accelerator()

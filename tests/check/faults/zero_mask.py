@@ -2,7 +2,6 @@
 zero, training "converges" at once. Expected: grads."""
 import torch
 from accelerate import Accelerator
-
 from common import loader, model
 
 acc = Accelerator()
