@@ -67,7 +67,9 @@ def _host_available() -> tuple[int, str]:
 
 
 def _writable(d: Path) -> str:
-    """'' when a file can be created in `d` (created if missing), else why not."""
+    """'' when a file can be created in `d`, else why not. Folders it had to create for the
+    test are removed again: a check leaves nothing behind."""
+    created = [p for p in [d, *d.parents] if not p.exists()]
     try:
         d.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=d, prefix=".tuner-check-"):
@@ -75,6 +77,12 @@ def _writable(d: Path) -> str:
         return ""
     except OSError as exc:
         return f"{exc.strerror or exc} ({d})"
+    finally:
+        for p in created:  # deepest first
+            try:
+                p.rmdir()
+            except OSError:
+                pass
 
 
 def _route_interfaces() -> list[str]:

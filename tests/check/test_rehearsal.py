@@ -96,22 +96,6 @@ def test_real_clients_pass(tmp_path):
     assert {"world-size", "data-sharded", "optimizer-params", "grads", "params-change"} <= names
 
 
-def test_trainer_that_overrides_the_builds_precision(tmp_path):
-    """A settings change on the real SFT client: the build says bf16, the script's
-    SFTConfig(bf16=False) wins silently. Without the check it trains (exit 0)."""
-    pytest.importorskip("trl")
-    from tuner.runtime.families.causal_lm import bundled_dir
-
-    build = compile_build(tmp_path, CPU2, {"training": {"mixed_precision": "bf16"}})
-    args = [str(build), str(LAUNCH_TESTS / "hf_sft.py"), "--tokenizer", str(bundled_dir() / "tokenizer"),
-            "--steps", "2"]
-    p = tuner("launch", *args, "--out", str(tmp_path / "plain"), cwd=tmp_path, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    rc, report, err = check(*args, "--out", str(tmp_path / "checked"), cwd=tmp_path)
-    assert rc == 1, err[-3000:]
-    assert "mixed-precision" in faults(report)
-
-
 def test_tuners_own_trainer_on_the_fsdp2_example(tmp_path):
     """No script: the rehearsal runs tuner's trainer on the build's settings. Its per-rank
     model state is within 10% of the estimate and its lr follows the warmup schedule (the
