@@ -118,3 +118,17 @@ def test_tuners_own_trainer_on_the_fsdp2_example(tmp_path):
     oks = {f["check"]: f["saw"] for f in report["findings"] if f["status"] == "ok"}
     assert "within 10%" in oks["memory"] and "follows the" in oks["lr"] and "DTensor" in oks["sharding"]
     assert not (tmp_path / "output").exists()
+
+
+def test_two_machines_rehearse_together(tmp_path):
+    """Two launchers on localhost (one rank each): they meet for the launch checks, then the
+    rehearsal's ranks meet at the same port; each machine judges its own rank."""
+    from check_helpers import finish, free_port, start, two_machines
+
+    build = compile_build(tmp_path, two_machines(free_port()))
+    procs = [start("--machine-rank", str(m), str(build), str(FAULTS / "clean.py"), cwd=tmp_path) for m in (0, 1)]
+    results = [finish(p, timeout=600) for p in procs]
+    for rc, report, err in results:
+        assert rc == 0, (report.get("faults"), err[-3000:])
+        saw = {f["check"]: f["saw"] for f in report["findings"] if f["status"] == "ok"}
+        assert "world of 2" in saw["world-size"] and "2 machines" in saw.get("same-build", "")
