@@ -9,7 +9,10 @@
    tuner's trainer does; accelerate would otherwise skip DeepSpeed's comm set-up on CPU);
 3. `cpu_shim.install(strategy)`: every `Accelerator` the script (or the HF Trainer) builds
    gets the CPU state correction right after its constructor, so it is FSDP/DeepSpeed
-   with the true rank and world size, as on GPUs.
+   with the true rank and world size, as on GPUs;
+4. under `tuner check` only (``$TUNER_CHECK_DIR`` set): the rehearsal's observer
+   (runtime/check/observer.py), which records what each rank sees and stops the script
+   after a few optimizer steps.
 
 Then the script runs with `runpy` as ``__main__`` with ``sys.argv = [SCRIPT, ARGS...]``,
 exactly as ``python SCRIPT ARGS`` would run it (its folder first on ``sys.path``).
@@ -62,16 +65,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"tuner launch: {exc.message}", file=sys.stderr)
             return exc.exit_code
 
+    from .check.observer import rehearsal  # `tuner check`: a no-op unless $TUNER_CHECK_DIR is set
+
     code: int | str | None = 0
     try:
-        if argv[1] == "-m":
-            sys.argv = [argv[2], *argv[3:]]
-            runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
-        else:
-            script = os.path.abspath(argv[1])
-            sys.argv = [argv[1], *argv[2:]]
-            sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` has it
-            runpy.run_path(script, run_name="__main__")
+        with rehearsal():
+            if argv[1] == "-m":
+                sys.argv = [argv[2], *argv[3:]]
+                runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+            else:
+                script = os.path.abspath(argv[1])
+                sys.argv = [argv[1], *argv[2:]]
+                sys.path[0] = os.path.dirname(script)  # as `python SCRIPT` has it
+                runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         code = exc.code
     return _finish(code)

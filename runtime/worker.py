@@ -53,10 +53,12 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> int:
     try:
         arts = load(args.build_dir)
         from . import callbacks as cbs
+        from .check.observer import redirect_output, rehearsal  # `tuner check` only
         from .trainer import Trainer
 
         given = [*(callbacks or []), *(cb for spec in args.callback for cb in cbs.load(spec))]
-        Trainer(arts, resume=args.resume, max_steps=args.max_steps, callbacks=given).train()
+        with rehearsal():
+            Trainer(redirect_output(arts), resume=args.resume, max_steps=args.max_steps, callbacks=given).train()
         _shutdown()
     except (RunError, FamilyError) as exc:
         if rank == "0":

@@ -142,20 +142,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="train from a build directory or settings file on real ranks",
                        usage="tuner run TARGET [--resume latest|PATH] [--max-steps N] [--callback MODULE:NAME]... "
-                             "[--machine-rank N] [--main-address HOST] [--main-port PORT] [--set KEY=VALUE]... [--KEY [VALUE]]...")
+                             "[--check] [--machine-rank N] [--main-address HOST] [--main-port PORT] [--set KEY=VALUE]... [--KEY [VALUE]]...")
     p.add_argument("target", type=Path, help="a build directory (with manifest.json) or a settings file")
     p.add_argument("--resume", default=None, help="'latest' or a checkpoint directory")
     p.add_argument("--max-steps", type=_positive_int, default=None, help="stop after this many optimizer steps (1 or more)")
     p.add_argument("--max_steps", dest="max_steps", type=_positive_int, help=argparse.SUPPRESS)  # the seeds' spelling
     p.add_argument("--callback", action="append", default=[], metavar="MODULE:NAME",
                    help="run your trainer callback on every rank (repeatable; docs/runtime.md, Callbacks)")
+    p.add_argument("--check", action="store_true",
+                   help="run `tuner check` first (launch checks and a short rehearsal); stop if it finds a fault")
     _add_machine_flags(p)
     _add_overrides(p)
 
     p = sub.add_parser("launch", help="run your own training script on the compiled build's ranks",
-                       usage="tuner launch [--machine-rank N] BUILD_DIR (SCRIPT | -m MODULE) [ARGS...]")
+                       usage="tuner launch [--check] [--machine-rank N] BUILD_DIR (SCRIPT | -m MODULE) [ARGS...]")
     p.add_argument("build_dir", type=Path, help="a build directory (with manifest.json)")
     p.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT [ARGS...] or -m MODULE [ARGS...]")
+    _add_machine_flags(p)
+
+    p.add_argument("--check", action="store_true",
+                   help="run `tuner check` first (launch checks and a short rehearsal); stop if it finds a fault")
+
+    p = sub.add_parser("check", help="find silent faults before training: launch checks and a short rehearsal",
+                       usage="tuner check [--json] [--skip NAME[,NAME]] [--launch-only] [--machine-rank N] "
+                             "BUILD_DIR [SCRIPT | -m MODULE] [ARGS...]")
+    p.add_argument("build_dir", type=Path, help="a build directory (with manifest.json)")
+    p.add_argument("target", nargs=argparse.REMAINDER,
+                   help="SCRIPT [ARGS...] or -m MODULE [ARGS...] (none: tuner's own trainer)")
+    p.add_argument("--json", action="store_true", help="the report as JSON on stdout (the ranks' output goes to stderr)")
+    p.add_argument("--skip", action="append", default=[], metavar="NAME",
+                   help="turn a check off (repeatable or comma-separated; names in docs/check.md)")
+    p.add_argument("--launch-only", action="store_true", help="the launch checks only, no rehearsal")
     _add_machine_flags(p)
 
     p = sub.add_parser("checkpoint", help="checkpoint tools")

@@ -57,6 +57,12 @@ def run(args) -> int:
         print(f"tuner launch: script not found: {target[0]}", file=sys.stderr)
         return EXIT_USAGE
 
+    if getattr(args, "check", False):
+        from tuner.commands.check import run_checks
+
+        code = run_checks(args, target, "tuner launch")
+        if code:
+            return code
     from tuner.runtime.artefacts import RunError, load
 
     try:

@@ -51,6 +51,13 @@ def run(args) -> int:
                   "(recompile it with `tuner compile SETTINGS --set ...`)", file=sys.stderr)
             return EXIT_USAGE
         build_dir = target
+    if getattr(args, "check", False):
+        from tuner.commands.check import run_checks
+
+        args.build_dir = build_dir
+        code = run_checks(args, None, "tuner run")
+        if code:
+            return code
 
     from tuner.runtime.artefacts import RunError, load
     from tuner.runtime.run_lock import acquire_run_lock
