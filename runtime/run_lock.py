@@ -78,19 +78,11 @@ def acquire_run_lock(output_dir: str | os.PathLike, machine_rank: int | None = N
         yield path
 
 
-def _tuners_checkpoint_entry(child: Path) -> bool:
-    from . import checkpoint as ckpt
-
-    if child.name == ckpt.LATEST:
-        return True
-    if re.fullmatch(r"(\.tmp-)?step-\d+", child.name) and child.is_dir() and not child.is_symlink():
-        return child.name.startswith(ckpt.TMP_PREFIX) or (child / ckpt.META).is_file()
-    return False
-
-
 def not_written_by_tuner(output_dir: Path) -> list[str]:
     """Entries at the names a run writes that tuner did not write: a ``final/`` that is no
-    tuner export, a ``checkpoints/`` entry that is no tuner checkpoint."""
+    tuner export, a ``checkpoints/step-N`` that is no tuner checkpoint. (Other files of the
+    person's there are left alone and need not move.)"""
+    from . import checkpoint as ckpt
     from .export import trusted_entries
 
     found = []
@@ -98,11 +90,12 @@ def not_written_by_tuner(output_dir: Path) -> list[str]:
     if (final.exists() or final.is_symlink()) and (not final.is_dir() or final.is_symlink()
                                                     or trusted_entries(final) is None and any(final.iterdir())):
         found.append(str(final))
-    ckdir = output_dir / "checkpoints"
+    ckdir = ckpt.checkpoints_dir(output_dir)
     if ckdir.is_symlink() or ckdir.exists() and not ckdir.is_dir():
         found.append(str(ckdir))
     elif ckdir.is_dir():
-        found += [str(c) for c in sorted(ckdir.iterdir()) if not _tuners_checkpoint_entry(c)]
+        found += [str(c) for c in sorted(ckdir.iterdir()) if re.fullmatch(r"step-\d+", c.name)
+                  and (c.is_symlink() or not (c / ckpt.META).is_file())]
     return found
 
 
