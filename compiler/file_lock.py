@@ -32,8 +32,8 @@ import os
 import socket
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 #: How long a holder's record may be (it is one small JSON line).
 _RECORD_MAX = 4096
