@@ -37,6 +37,9 @@ from pathlib import Path
 
 #: How long a holder's record may be (it is one small JSON line).
 _RECORD_MAX = 4096
+#: Records are padded to this length and written in place (never truncated first), so a
+#: process reading the file while its holder writes never sees it empty or half-replaced.
+_RECORD_PAD = 512
 
 
 class LockHeld(BlockingIOError):
@@ -91,9 +94,17 @@ def _check(fd: int, path: Path, created: bool) -> None:
     if info.st_nlink != 1:
         raise LockRefused(errno.EEXIST, f"{path} has {info.st_nlink} hard links; tuner writes into its lock file "
                           "and will not change another name's contents: remove it (tuner recreates it)", str(path))
-    if not created and info.st_size and holder_record(fd) is None:
+    if not created and info.st_size and not _is_record(fd):
         raise LockRefused(errno.EEXIST, f"{path} holds data that is not tuner's lock record; tuner will not "
                           "overwrite it: move it away", str(path))
+
+
+def _is_record(fd: int) -> bool:
+    for _ in range(5):  # a torn read while the holder writes its record: look again
+        if holder_record(fd) is not None:
+            return True
+        time.sleep(0.01)
+    return False
 
 
 def _still_named(path: Path, fd: int) -> bool:
@@ -151,8 +162,11 @@ def write_holder(fd: int, **extra: object) -> None:
     """Record who holds the lock (for the message a second process gets)."""
     info = {"tool": "tuner", "pid": os.getpid(), "host": socket.gethostname(),
             "started": time.strftime("%Y-%m-%d %H:%M:%S"), **extra}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(info) + "\n").encode("utf-8"), 0)
+    data = json.dumps(info).encode("utf-8")
+    data = data.ljust(max(_RECORD_PAD, len(data)) - 1) + b"\n"
+    os.pwrite(fd, data, 0)
+    if os.fstat(fd).st_size > len(data):  # an older, longer record (an earlier tuner's)
+        os.ftruncate(fd, len(data))
     os.fsync(fd)
 
 

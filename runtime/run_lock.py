@@ -64,7 +64,6 @@ def acquire_run_lock(output_dir: str | os.PathLike, machine_rank: int | None = N
             if machine_rank is None:
                 write_holder(fd)
             else:
-                os.ftruncate(fd, 0)  # the machines of a job say who they are in their own files
                 path = output_dir / f".tuner-run.machine{machine_rank}.lock"
                 write_holder(stack.enter_context(hold_lock(path)), machine_rank=machine_rank)
         except LockHeld as exc:
