@@ -246,14 +246,11 @@ class NotWrittenByTuner(FileExistsError):
     """An artefact's name is taken in the output directory by a file tuner did not write."""
 
 
-#: Permissions of written artefacts: readable by everyone, like any build output (a
-#: temporary file starts as 0600).
-ARTEFACT_MODE = 0o644
-#: Artefacts a person runs directly (``./launch.sh 1``).
-EXECUTABLE_MODE = 0o755
+#: Artefacts a person runs directly (``./launch.sh 1``): the umask's mode for a program
+#: (0755 under umask 022); the others get a plain new file's (0644 under 022, 0600 under 077).
 EXECUTABLES = (cluster.LAUNCH_SH,)
-#: Every name tuner writes into a build directory.
-_ARTEFACTS = (ACCELERATE_YAML, DEEPSPEED_JSON, MANIFEST_JSON, *cluster.ALL)
+#: Two compiles into one directory meet here (removed when the compile ends).
+COMPILE_LOCK = ".tuner-compile.lock"
 
 
 def previous_artefacts(out_dir: Path) -> dict[str, str] | None:
@@ -286,9 +283,23 @@ def write_atomically(out_dir: Path, files: dict[str, str], remove: tuple[str, ..
       new artefacts). Should a move fail, the moved ones are put back from hard-link backups.
     * `remove` names artefacts of the previous set that this one no longer has; each is
       deleted only when the previous manifest lists it with the content it still has.
+    * Two compiles into one directory take turns (a lock in it, `file_lock.hold_lock`): the
+      second waits for the first, then reads the manifest the first wrote.
+    * Only files this call created are ever removed (temporaries and backups under unique
+      names created with ``O_EXCL``); a file of the person's named like one is never touched.
     """
+    from .file_lock import LockHeld, hold_lock
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    _remove_leftover_temporaries(out_dir)
+    try:
+        with hold_lock(out_dir / COMPILE_LOCK, wait_s=120, remove=True):
+            _write_locked(out_dir, files, remove)
+    except LockHeld as exc:
+        raise BlockingIOError(exc.errno, f"another tuner compile is writing {out_dir} ({exc.holder}) and did not "
+                              "finish in 120 s; wait for it, or give another --out directory", str(out_dir)) from None
+
+
+def _write_locked(out_dir: Path, files: dict[str, str], remove: tuple[str, ...]) -> None:
     previous = previous_artefacts(out_dir)
     ours = set(previous or ()) | ({MANIFEST_JSON} if previous is not None else set())
     for name in files:
@@ -306,6 +317,8 @@ def write_atomically(out_dir: Path, files: dict[str, str], remove: tuple[str, ..
 
 
 def _stage(out_dir: Path, files: dict[str, str]) -> list[tuple[str, Path]]:
+    from .file_lock import new_mode
+
     staged: list[tuple[str, Path]] = []
     try:
         for name, text in files.items():
@@ -315,7 +328,7 @@ def _stage(out_dir: Path, files: dict[str, str]) -> list[tuple[str, Path]]:
                 fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())
-                os.fchmod(fh.fileno(), EXECUTABLE_MODE if name in EXECUTABLES else ARTEFACT_MODE)
+                os.fchmod(fh.fileno(), new_mode(executable=name in EXECUTABLES))
     except BaseException as exc:
         for _, tmp in staged:
             tmp.unlink(missing_ok=True)
@@ -333,13 +346,7 @@ def _commit(out_dir: Path, staged: list[tuple[str, Path]]) -> None:
             target = out_dir / name
             backups[name] = None
             if target.is_file():
-                link = out_dir / f".{name}.{os.getpid()}.bak.tmp"
-                link.unlink(missing_ok=True)
-                try:
-                    os.link(target, link)
-                    backups[name] = link
-                except OSError:
-                    pass  # a file system without hard links: no rollback for this file
+                backups[name] = _backup_link(target)
         done: list[str] = []
         try:
             for name, tmp in staged:
@@ -361,11 +368,19 @@ def _commit(out_dir: Path, staged: list[tuple[str, Path]]) -> None:
                 backup.unlink(missing_ok=True)
 
 
-def _remove_leftover_temporaries(out_dir: Path) -> None:
-    """Temporary files of a compile that was killed mid-write (only tuner's own names)."""
-    for name in _ARTEFACTS:
-        for leftover in out_dir.glob(f".{name}.*.tmp"):
-            leftover.unlink(missing_ok=True)
+def _backup_link(target: Path) -> Path | None:
+    """A hard link to `target` under a new unique name (``os.link`` never replaces an existing
+    name, so no file of the person's is taken); None where hard links are not possible."""
+    for _ in range(20):
+        link = target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.bak.tmp")
+        try:
+            os.link(target, link)
+            return link
+        except FileExistsError:
+            continue
+        except OSError:
+            return None  # a file system without hard links: no rollback for this file
+    return None
 
 
 def _file_sha256(path: Path) -> str:

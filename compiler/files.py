@@ -204,12 +204,14 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
     in its place), then renamed over `path`. The new file keeps an existing file's
     permission bits; a new one gets what a plain ``open()`` would give (0o666 less the
     umask), not mkstemp's private 0o600. Line endings are written as they are in `text`."""
+    from .file_lock import new_mode
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode = stat.S_IMODE(path.stat().st_mode)
     except FileNotFoundError:
-        mode = 0o666 & ~_umask()
+        mode = new_mode()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
@@ -222,6 +224,22 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def give_new_file_modes(folder: str | os.PathLike) -> None:
+    """Give every file and folder below `folder` (not `folder` itself, no symbolic link) the
+    mode a new one gets under the umask (0o644/0o755 under 022): libraries that write through
+    a private temporary file and rename it (safetensors) leave 0o600 behind, which a teammate
+    or a serving job under another user cannot read. An executable keeps its x bits."""
+    from .file_lock import new_mode
+
+    for p in Path(folder).rglob("*"):
+        if p.is_symlink():
+            continue
+        info = p.stat()
+        mode = new_mode(executable=stat.S_ISDIR(info.st_mode) or bool(info.st_mode & 0o111))
+        if stat.S_IMODE(info.st_mode) != mode and (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+            os.chmod(p, mode)
 
 
 def _umask() -> int:

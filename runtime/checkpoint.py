@@ -93,6 +93,9 @@ def meta_problem(ckpt: Path) -> str | None:
             return f"{META}: {key} is {value!r}"
     if set(data) - set(_META_TYPES):
         return f"{META}: unknown keys {', '.join(sorted(set(data) - set(_META_TYPES)))}"
+    named = _STEP_DIR.match(ckpt.name)
+    if named and int(named.group(1)) != data["step"]:  # a folder copied or renamed by hand
+        return f"the folder is named {ckpt.name} but its {META} records step {data['step']}"
     return _state_problem(ckpt, data["strategy"]) or _size_problem(ckpt, data.get("files", {}))
 
 
@@ -197,6 +200,11 @@ def latest_intact(ckdir: Path) -> Path | None:
     when there is no checkpoint at all."""
     pointer = ckdir / LATEST
     named = None
+    if pointer.is_symlink() or pointer.exists() and not pointer.is_file():
+        raise RunError(f"{pointer} is not tuner's pointer file (it is a "
+                       f"{'symbolic link' if pointer.is_symlink() else 'directory' if pointer.is_dir() else 'special file'}); "
+                       f"tuner does not remove it: move it away, or resume a checkpoint by path "
+                       f"(--resume {ckdir}/step-N){intact_hint(pointer)}")
     if pointer.is_file():
         from tuner.compiler.files import FileError, read_text
 
@@ -223,7 +231,7 @@ def resolve_resume(resume: str, output_dir: Path) -> Path | None:
     is not an intact one)."""
     if not resume:
         return None
-    if resume == "latest":
+    if resume in ("latest", "auto"):  # `tuner run` has applied the output-directory rule to "auto"
         return latest_intact(checkpoints_dir(output_dir))
     p = Path(resume).expanduser()
     if not p.is_dir():
@@ -268,11 +276,12 @@ def tmp_dir_for(ckdir: Path, step: int) -> Path:
 
 
 def remove_partial(ckdir: Path) -> list[Path]:
-    """Remove folders of saves that never completed (a run killed mid-save)."""
+    """Remove folders of saves that never completed (a run killed mid-save): only tuner's
+    own names (``.tmp-step-N``), never through a symbolic link."""
     gone = []
     if ckdir.is_dir():
         for child in ckdir.iterdir():
-            if child.name.startswith(TMP_PREFIX) and child.is_dir():
+            if re.fullmatch(r"\.tmp-step-\d+", child.name) and child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
                 gone.append(child)
     return gone
@@ -280,10 +289,16 @@ def remove_partial(ckdir: Path) -> list[Path]:
 
 def publish(ckdir: Path, tmp: Path, meta: CheckpointMeta) -> Path:
     """Rank 0, after every rank finished writing into `tmp`: meta, rename, move `latest`."""
+    from tuner.compiler.files import give_new_file_modes
+
+    give_new_file_modes(tmp)  # libraries write some files through private temporaries (0600)
     meta.files = file_sizes(tmp)
     (tmp / META).write_text(meta.to_json(), encoding="utf-8")
     final = ckdir / step_dir_name(meta.step)
-    if final.exists():  # a re-run of the same step (resume from an earlier one)
+    if final.is_symlink() or final.exists() and not (final / META).is_file():
+        raise RunError(f"{final} is in the way of the checkpoint of step {meta.step} and tuner did not write it; "
+                       f"the checkpoint stays in {tmp}: move {final} away, then resume with --resume {tmp}")
+    if final.exists():  # tuner's checkpoint of the same step (a resume from an earlier one)
         shutil.rmtree(final)
     os.replace(tmp, final)
     write_latest(ckdir, final.name)
@@ -308,3 +323,43 @@ def prune(ckdir: Path, keep_last: int) -> list[Path]:
             shutil.rmtree(path, ignore_errors=True)
             gone.append(path)
     return gone
+
+
+def check_step(meta: CheckpointMeta, total_steps: int, ckpt: Path) -> None:
+    """Refuse a checkpoint whose step lies past the run's last step (an edited record, or
+    a --max-steps below the step it reached)."""
+    if meta.step > total_steps:
+        raise RunError(f"checkpoint {ckpt} is at step {meta.step}, past this run's last step {total_steps}; "
+                       f"resume it with a larger training.max_steps (or --max-steps), or resume an earlier "
+                       f"checkpoint{intact_hint(ckpt)}")
+
+
+def read_errors() -> tuple[type[BaseException], ...]:
+    """What reading a truncated, garbled, empty or missing state file raises, library by library."""
+    import pickle
+
+    errors: list[type[BaseException]] = [OSError, EOFError, RuntimeError, ValueError, KeyError, IndexError,
+                                         TypeError, AssertionError, pickle.UnpicklingError]
+    try:  # torch.distributed.checkpoint's error derives from BaseException, not Exception
+        from torch.distributed.checkpoint.api import CheckpointException
+
+        errors.append(CheckpointException)
+    except ImportError:
+        pass
+    try:
+        from safetensors import SafetensorError
+
+        errors.append(SafetensorError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def unreadable(path: Path, exc: BaseException, action: str = "resume") -> RunError:
+    """A checkpoint whose state files cannot be read: one message, naming the last intact one."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if any(line.startswith("Traceback") for line in lines):  # DCP's error embeds each rank's traceback
+        lines = lines[-1:]  # its last line is the root cause ("FileNotFoundError: ...")
+    text = " ".join(" ".join(lines).split())[:300] or type(exc).__name__
+    return RunError(f"checkpoint {path} is damaged: its state cannot be read ({type(exc).__name__}: {text})"
+                    f"{intact_hint(Path(path), action)}")

@@ -11,9 +11,11 @@ the run's manifest (family, model, strategy), so nothing else is needed.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable, Iterator
 
 from . import checkpoint as ckpt
 from .artefacts import RunError
@@ -49,50 +51,141 @@ def full_state_dict(path: Path, meta: ckpt.CheckpointMeta) -> dict:
     raise RunError(f"{path} holds no model state tuner can read (strategy {meta.strategy})")
 
 
-#: Written into every export folder: which entries tuner wrote there (and from what).
+#: Written into every export folder: which entries tuner wrote there, with their content.
 EXPORT_RECORD = "tuner_export.json"
+#: The lock two exports into one folder meet at (removed when the export ends).
+EXPORT_LOCK = ".tuner-export.lock"
 _STAGING_PREFIX = ".tuner-export-"
+#: Inside a staging folder: says tuner made it (a person's folder of the same name has none).
+_STAGING_MARK = "tuner-staging.json"
 
 
-def export_target(out_dir: Path) -> list[str]:
-    """Check `out_dir` before anything is read: it must be new, empty, or an earlier export.
+def fingerprint(path: Path) -> dict | None:
+    """Size and SHA-256 of a file, or of every file below a folder (by relative path); None
+    for a symbolic link or a special file (never tuner's)."""
+    import hashlib
 
-    Returns the entries the earlier export wrote (the only ones this export may replace or
-    remove). Anything else in the folder is the person's: tuner never deletes it, and a
-    non-empty folder that is not an earlier export is refused.
-    """
-    shown = out_dir.resolve() if str(out_dir) in (".", "") else out_dir
-    if out_dir.exists() and not out_dir.is_dir():
-        raise RunError(f"--out {shown} is a file; give a directory (a new one, an empty one, or an earlier export)")
-    if not out_dir.exists():
-        return []
-    entries = [p.name for p in out_dir.iterdir() if not p.name.startswith(_STAGING_PREFIX)]
-    if not entries:
-        return []
+    def one(p: Path) -> dict:
+        h = hashlib.sha256()
+        with open(p, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        return {"size": p.stat().st_size, "sha256": h.hexdigest()}
+
+    if path.is_symlink():
+        return None
+    if path.is_file():
+        return one(path)
+    if not path.is_dir():
+        return None
+    tree = {}
+    for p in sorted(path.rglob("*")):
+        if p.is_symlink() or not (p.is_file() or p.is_dir()):
+            return None
+        if p.is_file():
+            tree[p.relative_to(path).as_posix()] = one(p)
+    return {"tree": tree}
+
+
+def trusted_entries(out_dir: Path) -> list[str] | None:
+    """The entries of an earlier export in `out_dir` that still hold exactly what tuner wrote
+    (by the sizes and SHA-256 its record keeps); None when `out_dir` holds no valid record.
+    A hand-edited record cannot make tuner replace anything else: a listed entry whose content
+    differs from the record's is the person's."""
     from tuner.compiler.files import FileError, load_json
 
     try:
         record = load_json(out_dir / EXPORT_RECORD, "export record")
     except FileError:
-        record = None
-    written = record.get("entries") if isinstance(record, dict) else None
-    if not isinstance(written, list) or not all(isinstance(n, str) and "/" not in n and n not in ("", ".", "..")
-                                                for n in written):
+        return None
+    if not isinstance(record, dict) or record.get("tool") != "tuner":
+        return None
+    names, content = record.get("entries"), record.get("content")
+    if not isinstance(names, list) or not isinstance(content, dict) or not all(
+            isinstance(n, str) and n == Path(n).name and n not in ("", ".", "..", EXPORT_RECORD) for n in names):
+        return None
+    return [n for n in names if isinstance(content.get(n), dict) and fingerprint(out_dir / n) == content[n]]
+
+
+def _is_staging(p: Path) -> bool:
+    """A staging folder tuner made (a killed export's leftover): its name and its mark."""
+    from tuner.compiler.files import FileError, load_json
+
+    if not p.name.startswith(_STAGING_PREFIX) or p.is_symlink() or not p.is_dir():
+        return False
+    try:
+        mark = load_json(p / _STAGING_MARK, "staging mark")
+    except FileError:
+        return False
+    return isinstance(mark, dict) and mark.get("tool") == "tuner" and mark.get("staging") == p.name
+
+
+def export_target(out_dir: Path) -> list[str]:
+    """Check `out_dir` before anything is read: it must be new, empty, or an earlier export.
+
+    Returns the entries the earlier export wrote and that still hold what it wrote (the only
+    ones this export may replace or remove). Anything else in the folder is the person's:
+    tuner never deletes it, and a non-empty folder that is not an earlier export is refused.
+    """
+    shown = out_dir.resolve() if str(out_dir) in (".", "") else out_dir
+    if out_dir.is_symlink() and not out_dir.exists() or out_dir.exists() and not out_dir.is_dir():
+        raise RunError(f"--out {shown} is a file; give a directory (a new one, an empty one, or an earlier export)")
+    if not out_dir.exists():
+        return []
+    entries = [p.name for p in out_dir.iterdir() if p.name != EXPORT_LOCK and not _is_staging(p)]
+    if not entries:
+        return []
+    trusted = trusted_entries(out_dir)
+    if trusted is None:
         raise RunError(f"--out {shown} is not empty and is not an earlier tuner export (no valid {EXPORT_RECORD}); "
                        "tuner never deletes or overwrites files it did not write: give a new or empty directory")
-    return written
+    return trusted
+
+
+@contextlib.contextmanager
+def export_lock(out_dir: Path) -> Iterator[None]:
+    """Hold `out_dir`'s export lock (creating `out_dir`): a second export into it at once is
+    refused. A failure removes `out_dir` again only when this export created it and it is
+    empty (never another export's files)."""
+    from tuner.compiler.file_lock import LockHeld, LockRefused, hold_lock
+
+    created = not out_dir.exists()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ok = False
+    try:
+        try:
+            with hold_lock(out_dir / EXPORT_LOCK, remove=True):
+                yield
+                ok = True
+        except LockHeld as exc:
+            raise RunError(f"another tuner export is writing {out_dir} ({exc.holder}); wait for it to finish, "
+                           "or give another --out directory") from None
+        except LockRefused as exc:
+            raise RunError(exc.strerror) from None
+    finally:
+        if created and not ok:
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()  # only when empty
 
 
 def export_checkpoint(path: Path, out_dir: Path) -> Path:
+    path, out_dir = Path(path), Path(out_dir)
+    if not path.is_dir():
+        raise RunError(f"checkpoint not found: {path}")
+    if out_dir.is_symlink() and not out_dir.exists() or out_dir.exists() and not out_dir.is_dir():
+        export_target(out_dir)  # refused: a file
+    with export_lock(out_dir):
+        previous = export_target(out_dir)  # refuse before the (slow) reading of the state
+        _export_locked(path, out_dir, previous)
+    return out_dir
+
+
+def _export_locked(path: Path, out_dir: Path, previous: list[str]) -> None:
     from tuner.compiler.settings import Settings
 
     from .families import get_family
     from .families.base import FamilyContext
 
-    path, out_dir = Path(path), Path(out_dir)
-    if not path.is_dir():
-        raise RunError(f"checkpoint not found: {path}")
-    previous = export_target(out_dir)  # refuse before the (slow) gathering of the state
     if path.name == ckpt.LATEST or (path / ckpt.LATEST).is_file() and not (path / ckpt.META).is_file():
         found = ckpt.latest_intact(path if path.is_dir() else path.parent)
         if found is None:
@@ -112,72 +205,52 @@ def export_checkpoint(path: Path, out_dir: Path) -> Path:
     except RunError:
         raise
     except _READ_ERRORS as exc:
-        raise _damaged(path, exc) from None
-    _write_export(fam, state, out_dir, previous, path)
-    return out_dir
+        raise ckpt.unreadable(path, exc, action="export") from None
+    write_export(lambda target: fam.export(state, target), out_dir, previous, str(path.resolve()))
 
 
-def _damaged(path: Path, exc: BaseException) -> RunError:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if any(line.startswith("Traceback") for line in lines):  # DCP's error embeds each rank's traceback
-        lines = lines[-1:]  # its last line is the root cause ("FileNotFoundError: ...")
-    text = " ".join(" ".join(lines).split())[:300] or type(exc).__name__
-    return RunError(f"checkpoint {path} is damaged: its model state cannot be read ({type(exc).__name__}: {text})"
-                    f"{ckpt.intact_hint(path, action='export')}")
+def export_model_dir(write: Callable[[Path], None], out_dir: Path, source: str) -> None:
+    """The run's own export (``OUTPUT/final``): the same rules as `tuner checkpoint export`
+    (only entries an earlier export wrote are replaced; a file of the person's there is kept)."""
+    with export_lock(out_dir):
+        write_export(write, out_dir, export_target(out_dir), source)
 
 
-def _read_errors() -> tuple[type[BaseException], ...]:
-    """What reading a truncated, empty or missing state file raises, library by library."""
-    import pickle
-
-    errors: list[type[BaseException]] = [OSError, EOFError, RuntimeError, ValueError, KeyError, IndexError,
-                                         TypeError, AssertionError, pickle.UnpicklingError]
-    try:  # torch.distributed.checkpoint's error derives from BaseException, not Exception
-        from torch.distributed.checkpoint.api import CheckpointException
-
-        errors.append(CheckpointException)
-    except ImportError:
-        pass
-    try:
-        from safetensors import SafetensorError
-
-        errors.append(SafetensorError)
-    except ImportError:
-        pass
-    return tuple(errors)
+_READ_ERRORS = ckpt.read_errors()
 
 
-_READ_ERRORS = _read_errors()
-
-
-def _write_export(fam, state: dict, out_dir: Path, previous: list[str], source: Path) -> None:
-    """Write the export into a staging folder inside `out_dir`, then move its entries in.
+def write_export(write: Callable[[Path], None], out_dir: Path, previous: list[str], source: str) -> None:
+    """`write(folder)` the model into a staging folder inside `out_dir`, then move its entries in.
 
     Only entries the earlier export wrote (`previous`) are replaced or removed; a new entry
     whose name the person already uses is refused before anything is moved. A failure
-    leaves no staging folder behind, and removes `out_dir` again when this call created it.
+    leaves no staging folder behind. The caller holds `export_lock`.
     """
     import json
     import os
 
+    from tuner.compiler.files import give_new_file_modes, write_atomic
+
     from .trainer import plain_model_init
 
-    created = not out_dir.exists()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for leftover in out_dir.glob(_STAGING_PREFIX + "*"):  # from an export that was killed
-        shutil.rmtree(leftover, ignore_errors=True)
+    for leftover in out_dir.iterdir():  # from an export that was killed (tuner's mark inside)
+        if _is_staging(leftover):
+            shutil.rmtree(leftover, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=out_dir))
     old = staging / ".previous"
     moved_in: list[str] = []
     try:
+        (staging / _STAGING_MARK).write_text(json.dumps({"tool": "tuner", "staging": staging.name}), encoding="utf-8")
         model_dir = staging / "model"
         with plain_model_init():
-            fam.export(state, model_dir)
+            write(model_dir)
+        give_new_file_modes(model_dir)  # safetensors writes through a private temporary (0600)
         entries = sorted(p.name for p in model_dir.iterdir())
-        clash = [n for n in entries if (out_dir / n).exists() and n not in previous or n == EXPORT_RECORD]
+        clash = [n for n in entries if (out_dir / n).exists() or (out_dir / n).is_symlink()
+                 if n not in previous or n in (EXPORT_RECORD, EXPORT_LOCK)]
         if clash:
-            raise RunError(f"{out_dir} already has {', '.join(clash)}, which tuner did not write; "
-                           "give a new or empty directory")
+            raise RunError(f"{out_dir} already has {', '.join(clash)}, which tuner did not write (or which changed "
+                           "since it did); give a new or empty directory, or move them away")
         old.mkdir()
         for name in previous:  # the earlier export's entries step aside (kept until the end)
             if (out_dir / name).exists() or (out_dir / name).is_symlink():
@@ -185,10 +258,9 @@ def _write_export(fam, state: dict, out_dir: Path, previous: list[str], source: 
         for name in entries:
             os.replace(model_dir / name, out_dir / name)
             moved_in.append(name)
-        record = {"tool": "tuner", "checkpoint": str(source.resolve()), "entries": entries}
-        tmp = staging / EXPORT_RECORD
-        tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, out_dir / EXPORT_RECORD)
+        record = {"tool": "tuner", "checkpoint": source, "entries": entries,
+                  "content": {n: fingerprint(out_dir / n) for n in entries}}
+        write_atomic(out_dir / EXPORT_RECORD, json.dumps(record, indent=2) + "\n")
     except BaseException:
         for name in moved_in:  # take this export's entries out again ...
             target = out_dir / name
@@ -197,7 +269,5 @@ def _write_export(fam, state: dict, out_dir: Path, previous: list[str], source: 
             for item in old.iterdir():
                 os.replace(item, out_dir / item.name)
         shutil.rmtree(staging, ignore_errors=True)
-        if created:
-            shutil.rmtree(out_dir, ignore_errors=True)
         raise
     shutil.rmtree(staging, ignore_errors=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import time
 import warnings
 from datetime import timedelta
@@ -192,8 +191,12 @@ class Trainer:
             return
         meta = ckpt.read_meta(path)
         ckpt.check_compatible(meta, self.strategy, self._state_dict_type(), self.world, path)
-        self.acc.load_state(str(path))
-        self.fam.load_state(path, self.acc)
+        ckpt.check_step(meta, self.total_steps, path)
+        try:  # a garbled state file: one message naming the last intact checkpoint, not a traceback
+            self.acc.load_state(str(path))
+            self.fam.load_state(path, self.acc)
+        except ckpt.read_errors() as exc:
+            raise ckpt.unreadable(path, exc) from None
         self.step, self.epoch = meta.step, meta.epoch
         self.batches_in_epoch, self.tokens_seen = meta.batches_in_epoch, meta.tokens_seen
         self.say(f"resumed from {path} at step {self.step} (epoch {self.epoch}, batch {self.batches_in_epoch})")
@@ -280,9 +283,12 @@ class Trainer:
         if self.main:
             self.ckdir.mkdir(parents=True, exist_ok=True)
         self.acc.wait_for_everyone()
-        self.acc.save_state(str(tmp))
-        self.callbacks.fire("on_save", self, tmp)
-        self.fam.save_state(tmp, self.acc)
+        try:
+            self.acc.save_state(str(tmp))
+            self.callbacks.fire("on_save", self, tmp)
+            self.fam.save_state(tmp, self.acc)
+        except Exception as exc:
+            raise _no_space(exc, tmp) or exc
         self.acc.wait_for_everyone()  # every rank has written its part
         final = self.ckdir / ckpt.step_dir_name(self.step)
         if self.main:
@@ -312,17 +318,31 @@ class Trainer:
 
     def export(self, out_dir: Path) -> None:
         state = self.acc.get_state_dict(self.model)
-        if self.main:
-            tmp = out_dir.with_name(out_dir.name + ".tmp")
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            with plain_model_init():
-                self.fam.export(state, tmp)
-            if out_dir.exists():
-                shutil.rmtree(out_dir)
-            os.replace(tmp, out_dir)
+        if self.main:  # the rules of `tuner checkpoint export`: a file of the person's in final/ is kept
+            from .export import export_model_dir
+
+            try:
+                export_model_dir(lambda target: self.fam.export(state, target), out_dir, f"run {self.out}")
+            except Exception as exc:
+                raise _no_space(exc, out_dir) or exc
             print(f"exported full model: {out_dir}", flush=True)
         self.acc.wait_for_everyone()
+
+
+def _no_space(exc: BaseException, where: Path) -> OSError | None:
+    """A full disk as an OSError naming `where` (torch's writer says only "file write failed",
+    losing the errno): the worker reports it as one line, exit 2. None when space is left."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return exc if exc.filename else OSError(exc.errno, exc.strerror, str(where))
+    try:
+        free = os.statvfs(where if where.exists() else where.parent)
+    except OSError:
+        return None
+    if "No space left" in str(exc) or free.f_bavail * free.f_frsize < (1 << 20):
+        return OSError(errno.ENOSPC, "No space left on device", str(where))
+    return None
 
 
 @contextlib.contextmanager

@@ -103,7 +103,8 @@ class CheckpointSettings:
         help="Checkpoints kept; older ones are deleted.")
     resume: str = setting(
         "", aliases=("resume_from_checkpoint",), step="checkpoints", order=4,
-        help="'' (fresh start), 'latest', or a checkpoint directory.")
+        help="'' (fresh start), 'latest', 'auto' (resume the latest checkpoint when output.dir holds a run, "
+             "else start fresh), or a checkpoint directory.")
     export: bool = setting(
         True, aliases=("export_model",), step="checkpoints", order=5,
         help="Export a full model (safetensors + config) that from_pretrained loads at the end.")

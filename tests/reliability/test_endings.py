@@ -175,6 +175,9 @@ def test_a_second_run_is_refused_while_the_first_lives_and_a_killed_run_leaves_n
     finally:
         os.killpg(first.pid, signal.SIGKILL)  # the run and its ranks, all at once
         first.wait(timeout=60)
+    for left in (cwd / "out").iterdir():  # the killed run's files (a fresh run is refused beside them)
+        if left.name != ".tuner-run.lock":
+            shutil.rmtree(left) if left.is_dir() else left.unlink()
     third = subprocess.run([sys.executable, "-m", "tuner", "run", str(settings), "--max-steps", "1"], cwd=cwd,
                            env=run_env(), capture_output=True, text=True, timeout=300)
     assert third.returncode == EXIT_OK, third.stderr[-3000:]

@@ -60,7 +60,7 @@ def run(args) -> int:
             return code
 
     from tuner.runtime.artefacts import RunError, load
-    from tuner.runtime.run_lock import acquire_run_lock
+    from tuner.runtime.run_lock import acquire_run_lock, check_output_dir
 
     try:
         arts = load(build_dir)
@@ -73,9 +73,11 @@ def run(args) -> int:
         # also proves the directory writable before any rank starts. The lock dies with this
         # process (kill -9 included).
         with acquire_run_lock(arts.output_dir, topo.machine_rank if topo.num_machines > 1 else None):
-            _check_resume(arts, args.resume)
+            # An output directory that holds a run is resumed when asked, refused otherwise.
+            resume = check_output_dir(arts.output_dir, args.resume or arts.settings.checkpoint.resume, str(target))
+            _check_resume(arts, resume, args.max_steps)
             _clear_stale_offload(arts)
-            entry = worker_entry(arts, args.resume or "", args.max_steps, getattr(args, "callback", None) or [])
+            entry = worker_entry(arts, resume, args.max_steps, getattr(args, "callback", None) or [])
             return launch(arts, entry, topo)
     except RunError as exc:
         print(f"tuner run: {exc.message}", file=sys.stderr)
@@ -99,9 +101,9 @@ def _check_trainable(arts) -> None:
                        "fsdp.version = 2 and context_parallel.standalone = false", exit_code=EXIT_INVALID)
 
 
-def _check_resume(arts, resume: str | None) -> None:
-    """Refuse a missing or incompatible checkpoint before any rank starts (the trainer
-    checks again on every rank)."""
+def _check_resume(arts, resume: str | None, max_steps: int | None = None) -> None:
+    """Refuse a missing or incompatible checkpoint, or one past the run's last step, before
+    any rank starts (the trainer checks again on every rank)."""
     if not resume:
         return
     from tuner.runtime import checkpoint as ckpt
@@ -109,7 +111,11 @@ def _check_resume(arts, resume: str | None) -> None:
     path = ckpt.resolve_resume(resume, arts.output_dir)
     if path is not None:
         kind = ckpt.state_dict_kind(arts.strategy, arts.settings.checkpoint.state_dict_type)
-        ckpt.check_compatible(ckpt.read_meta(path), arts.strategy, kind, arts.plan.world_size, path)
+        meta = ckpt.read_meta(path)
+        ckpt.check_compatible(meta, arts.strategy, kind, arts.plan.world_size, path)
+        last = max_steps if max_steps is not None else arts.settings.training.max_steps
+        if last > 0:  # 0: by epochs, known on the ranks once the data is read
+            ckpt.check_step(meta, last, path)
 
 
 def _clear_stale_offload(arts) -> None:
