@@ -1,7 +1,8 @@
 """The optimizer and LR schedule of a run, from the settings and the compiled deepspeed.json.
 
 DeepSpeed builds the optimizer itself when deepspeed.json names one (accelerate's
-`DummyOptim` pattern) or for ZeRO-Offload (its CPU Adam); otherwise it is torch's.
+`DummyOptim` pattern). For ZeRO-Offload with no optimizer block it is DeepSpeed's CPU Adam,
+built here as accelerate's `prepare` would swap it in for a torch AdamW/Adam; otherwise torch's.
 """
 
 from __future__ import annotations
@@ -27,14 +28,14 @@ def optimizer_and_scheduler(params: list, training: Any, ds_cfg: dict, total_ste
     from accelerate.utils import DummyOptim, DummyScheduler
 
     t = training
-    # deepspeed.json names an optimizer only when the settings ask for one, or for
-    # ZeRO-Offload (DeepSpeed runs its CPU Adam there): then accelerate's DummyOptim
-    # pattern, and accelerate fills the block's "auto" lr / weight_decay from it.
+    # deepspeed.json names an optimizer only when the settings (or the imported file) ask for
+    # one: then accelerate's DummyOptim pattern, and accelerate fills the block's "auto"
+    # lr / weight_decay from it.
     offload = str(((ds_cfg.get("zero_optimization") or {}).get("offload_optimizer") or {})
                   .get("device", "none")) != "none"
     if "optimizer" in ds_cfg:
         opt = DummyOptim(params, lr=t.learning_rate, weight_decay=t.weight_decay)
-    elif offload:  # a raw config with ZeRO-Offload and no optimizer block: DeepSpeed's CPU Adam
+    elif offload:  # ZeRO-Offload, no optimizer block: DeepSpeed's CPU Adam (what accelerate swaps in)
         from deepspeed.ops.adam import DeepSpeedCPUAdam
 
         opt = DeepSpeedCPUAdam(params, lr=t.learning_rate, weight_decay=t.weight_decay,

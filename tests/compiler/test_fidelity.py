@@ -1,0 +1,132 @@
+"""Configs the upstream tools accept mean the same after tuner (issue 23), judged by accelerate's
+and DeepSpeed's own code (tests/compiler/interop.py, /work/shared/docs/interop-method.md).
+
+One test per slip: nested "auto" DeepSpeed drops (item 2), FSDP with no fsdp_config (3),
+minimal DeepSpeed YAMLs (4), a multi-process YAML without num_processes (6), a refusal that is
+complete (9). Item 1 is tests/compiler/test_offload_plain_script.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.compiler.helpers import parse_deepspeed
+from tests.compiler.interop import launch_view
+from tests.compiler.test_peer_configs import equivalence_problems
+from tuner.compiler import compile_text
+from tuner.compiler.importer import ImportRefused, import_files, to_toml
+
+
+@pytest.fixture(autouse=True)
+def _quiet(monkeypatch):
+    monkeypatch.setenv("ACCELERATE_LOG_LEVEL", "error")
+    monkeypatch.setenv("TUNER_PLATFORM", "cpu")  # the source's target must win over the host's
+
+
+def _round_trip(source, tmp_path, monkeypatch) -> list[str]:
+    """import -> compile -> the launch accelerate derives from each, compared."""
+    text = to_toml(import_files([source]))
+    settings = tmp_path / "settings.toml"
+    settings.write_text(text)
+    result = compile_text(text, path=settings)
+    assert result.ok, text + "\n".join(d.format() for d in result.diagnostics.errors)
+    result.write()
+    monkeypatch.chdir(source.parent)
+    theirs = launch_view(source)
+    monkeypatch.chdir(tmp_path)
+    return equivalence_problems(theirs, launch_view(tmp_path / "build" / "accelerate.yaml"))
+
+
+def test_fsdp_without_fsdp_config_imports_as_accelerates_own_defaults(tmp_path, monkeypatch):
+    """accelerate builds its plugin from its defaults (FSDP v1, RAM-efficient loading, FULL
+    state dict...), not tuner's FSDP2 defaults (item 3)."""
+    source = tmp_path / "src" / "fsdp.yaml"
+    source.parent.mkdir()
+    source.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_processes: 2\n"
+                      "mixed_precision: bf16\n")
+    assert _round_trip(source, tmp_path, monkeypatch) == []
+    assert import_files([source]).values["fsdp.version"] == 1
+
+
+@pytest.mark.parametrize("deepspeed_config", [
+    {"zero_stage": 3, "zero3_init_flag": True},
+    {"zero_stage": 3},
+    {"offload_optimizer_device": "cpu"},  # no stage: accelerate's 2
+], ids=["zero3-init", "zero3-bare", "no-stage"])
+def test_minimal_deepspeed_yaml_keeps_every_plugin_default(deepspeed_config, tmp_path, monkeypatch):
+    """Every key accelerate's DeepSpeedPlugin defaults (zero3_init_flag on for stage 3, no 16-bit
+    gather on save, stage 2) comes back at accelerate's default (item 4)."""
+    source = tmp_path / "src" / "ds.yaml"
+    source.parent.mkdir()
+    lines = "".join(f"  {k}: {json.dumps(v)}\n" for k, v in deepspeed_config.items())
+    source.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nnum_processes: 2\n"
+                      f"deepspeed_config:\n{lines}")
+    assert _round_trip(source, tmp_path, monkeypatch) == []
+
+
+@pytest.mark.parametrize("dtype", ["MULTI_GPU", "FSDP", "DEEPSPEED", "MULTI_CPU"])
+def test_multi_process_yaml_without_num_processes_is_refused_naming_the_key(dtype, tmp_path):
+    """accelerate launch does not guess the process count for these types; tuner used to
+    compile one process silently (item 6). Exit 1, nothing written, the key named."""
+    source = tmp_path / "cfg.yaml"
+    source.write_text(f"compute_environment: LOCAL_MACHINE\ndistributed_type: {dtype}\nmixed_precision: 'no'\n")
+    with pytest.raises(ImportRefused, match="no num_processes.*add `num_processes: N`"):
+        import_files([source])
+    out = tmp_path / "settings.toml"
+    r = subprocess.run([sys.executable, "-m", "tuner", "import", str(source), "-o", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "num_processes" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()
+    source.write_text(source.read_text() + "num_processes: 4\n")
+    assert import_files([source]).values["hardware.num_processes"] == 4
+
+
+def _compile_ds(config: dict, **deepspeed) -> object:
+    import tomlkit
+
+    settings = {"hardware": {"platform": "cpu", "num_processes": 1}, "checkpoint": {"export": False},
+                "deepspeed": {"enabled": True, **deepspeed, "config": config}}
+    return compile_text(tomlkit.dumps(settings))
+
+
+def test_nested_auto_deepspeed_drops_is_accepted_with_a_note_naming_its_default():
+    """DeepSpeed's config models drop an "auto" nothing fills and apply their default: tuner
+    accepts it and says which default (item 2); DeepSpeed parses the compiled JSON."""
+    config = {"train_micro_batch_size_per_gpu": 1,
+              "zero_optimization": {"stage": 3, "sub_group_size": "auto", "offload_param": {"device": "cpu",
+                                                                                           "buffer_count": "auto"}}}
+    result = _compile_ds(config)
+    assert result.ok, [d.format() for d in result.diagnostics.errors]
+    notes = {d.key: d.message for d in result.diagnostics.items if d.severity == "note"}
+    assert "1000000000" in notes["deepspeed.config.zero_optimization.sub_group_size"]
+    assert "DeepSpeed drops it" in notes["deepspeed.config.zero_optimization.offload_param.buffer_count"]
+    parsed = parse_deepspeed(json.loads(result.deepspeed_json), 1)
+    assert parsed.zero_config.sub_group_size == 1_000_000_000
+
+
+@pytest.mark.parametrize("zero", [
+    {"stage3_gather_fp16_weights_on_model_save": True, "stage3_gather_16bit_weights_on_model_save": True},
+    {"cpu_offload": True, "offload_optimizer": {"device": "cpu"}},
+    {"prefetch_bucket_size": 1000, "stage3_prefetch_bucket_size": 1000},
+], ids=["gather-fp16-and-16bit", "cpu_offload-and-offload_optimizer", "alias-and-name"])
+def test_a_refusal_names_every_key_so_the_fixed_file_is_one_deepspeed_accepts(zero, tmp_path):
+    """Two spellings of one DeepSpeed setting (DeepSpeed refuses them together) are refused
+    with both keys named; keeping either one compiles to a JSON DeepSpeed accepts, and tuner
+    adds no second spelling of its own (item 9)."""
+    config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, **zero}}
+    with pytest.raises(Exception):
+        parse_deepspeed(config, 1)  # DeepSpeed's own verdict on the source
+    refused = _compile_ds(config)
+    (err,) = refused.diagnostics.errors
+    first, second = zero
+    assert first in err.message and second in err.message
+    for keep in zero:
+        fixed = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, keep: zero[keep]}}
+        # settings that ask tuner for the same choice must not add the other spelling
+        result = _compile_ds(fixed, **({"gather_16bit_weights_on_model_save": True} if "gather" in keep else {}))
+        assert result.ok, [d.format() for d in result.diagnostics.errors]
+        parse_deepspeed(json.loads(result.deepspeed_json), 1)
