@@ -2,9 +2,9 @@
 
 Offload: ZeRO-Offload to CPU or NVMe, checked against the ZeRO stage; the NVMe swap
 directory is checked against what the compile's gather stage measured (`inputs.DiskFacts`),
-never by looking at the disk here. Optimizer: the names tuner accepts, and accelerate's own
-no block for ZeRO-Offload (accelerate swaps a torch Adam/AdamW for DeepSpeed's CPU Adam). Scheduler: DeepSpeed's,
-with the "auto" parameters accelerate fills.
+never by looking at the disk here. Optimizer: the names tuner accepts, and no block for
+ZeRO-Offload (accelerate swaps a torch Adam/AdamW for DeepSpeed's CPU Adam). Scheduler:
+DeepSpeed's, with the "auto" parameters accelerate fills.
 """
 
 from __future__ import annotations
