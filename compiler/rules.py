@@ -178,6 +178,8 @@ def check(n: Normalised, diags: Diagnostics, detected: str | None = None) -> tup
     if s.model.type == "lora" and s.fsdp.enabled and s.fsdp.version == 1:
         diags.note("model.type", "LoRA with FSDP v1 needs use_orig_params; tuner sets it")
     dp = world // cp.size if cp.size > 1 and world % cp.size == 0 else world
+    sp = _deepspeed_sequence_parallel(s, ds_on, world, diags)
+    dp = dp // sp if sp > 1 else dp
     plan = Plan(
         strategy=strategy,
         distributed_type=dtype,
@@ -191,3 +193,17 @@ def check(n: Normalised, diags: Diagnostics, detected: str | None = None) -> tup
     )
     return s, plan
 
+
+def _deepspeed_sequence_parallel(s: Settings, ds_on: bool, world: int, diags: Diagnostics) -> int:
+    """DeepSpeed's Ulysses `sequence_parallel_size`: DeepSpeed checks the batch against
+    world / sequence_parallel_size data-parallel ranks, so the compile does too."""
+    raw = s.deepspeed.config if ds_on and isinstance(s.deepspeed.config, dict) else {}
+    sp = raw.get("sequence_parallel_size", 1)
+    if not isinstance(sp, int) or isinstance(sp, bool) or sp <= 1:
+        return 1
+    if world % sp:
+        diags.error("deepspeed.config.sequence_parallel_size", f"sequence_parallel_size {sp} does not divide the "
+                    f"{world} processes (DeepSpeed's data-parallel world is processes / sequence_parallel_size)",
+                    f"set hardware.num_processes to a multiple of {sp}")
+        return 1
+    return sp

@@ -130,3 +130,22 @@ def test_a_refusal_names_every_key_so_the_fixed_file_is_one_deepspeed_accepts(ze
         result = _compile_ds(fixed, **({"gather_16bit_weights_on_model_save": True} if "gather" in keep else {}))
         assert result.ok, [d.format() for d in result.diagnostics.errors]
         parse_deepspeed(json.loads(result.deepspeed_json), 1)
+
+
+def test_deepspeed_sequence_parallel_size_counts_in_the_world_size(tmp_path):
+    """DeepSpeed checks the batch against world / sequence_parallel_size data-parallel ranks
+    (Ulysses): the import infers the world with it, and the compile checks the same way, so the
+    JSON DeepSpeed accepts for the source is the one tuner writes (item 5)."""
+    config = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+              "sequence_parallel_size": 2, "zero_optimization": {"stage": 2}}
+    parse_deepspeed(config, 8 // 2)  # DeepSpeed accepts the source at 8 processes (4 data-parallel ranks)
+    source = tmp_path / "ds.json"
+    source.write_text(json.dumps(config))
+    imported = import_files([source])
+    assert imported.values["hardware.num_processes"] == 8
+    result = compile_text(to_toml(imported), path=tmp_path / "settings.toml")
+    assert result.ok, [d.format() for d in result.diagnostics.errors]
+    assert result.plan.data_parallel_size == 4
+    parse_deepspeed(json.loads(result.deepspeed_json), result.plan.data_parallel_size)
+    three = compile_text(to_toml(imported), ["num_processes=3"], path=tmp_path / "settings.toml")
+    assert any(d.key == "deepspeed.config.sequence_parallel_size" for d in three.diagnostics.errors)
