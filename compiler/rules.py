@@ -178,6 +178,7 @@ def check(n: Normalised, diags: Diagnostics, detected: str | None = None) -> tup
     if s.model.type == "lora" and s.fsdp.enabled and s.fsdp.version == 1:
         diags.note("model.type", "LoRA with FSDP v1 needs use_orig_params; tuner sets it")
     dp = world // cp.size if cp.size > 1 and world % cp.size == 0 else world
+    _loop_under_deepspeed(s, ds_on, n.explicit, diags)
     sp = _deepspeed_sequence_parallel(s, ds_on, world, diags)
     dp = dp // sp if sp > 1 else dp
     plan = Plan(
@@ -207,3 +208,18 @@ def _deepspeed_sequence_parallel(s: Settings, ds_on: bool, world: int, diags: Di
                     f"set hardware.num_processes to a multiple of {sp}")
         return 1
     return sp
+
+
+def _loop_under_deepspeed(s: Settings, ds_on: bool, explicit: set[str], diags: Diagnostics) -> None:
+    """Loop choices DeepSpeed's engine does not run: value clipping (it clips the global norm,
+    `gradient_clipping`) and a packaged optimizer ZeRO refuses as untested."""
+    t = s.training
+    if not ds_on:
+        return
+    if t.clip_method == "value" and t.max_grad_norm > 0:
+        diags.error("training.clip_method", "DeepSpeed clips the global gradient norm only (gradient_clipping), not "
+                    "each value", "set training.clip_method = 'norm', or use DDP/FSDP")
+    named = "deepspeed.optimizer" in explicit or "optimizer" in (s.deepspeed.config or {})
+    if t.optimizer in ("lion", "prodigy") and not named:
+        fix = "set deepspeed.optimizer = 'Lion' (DeepSpeed's own)" if t.optimizer == "lion" else "use adamw"
+        diags.error("training.optimizer", f"{t.optimizer} is not an optimizer DeepSpeed's ZeRO runs from a script", fix)

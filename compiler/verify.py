@@ -6,9 +6,9 @@ functions, so what CI checks and what the tests check cannot drift apart.
 
 What is run, in the build's project directory (where relative paths in the artefacts point):
 
-1. accelerate's `load_config_from_file` on accelerate.yaml; 2. accelerate's launch-environment derivation (`_validate_launch_command`, then
-   `prepare_deepspeed_cmd_env` / `prepare_multi_gpu_env`), as `accelerate launch` does, with
-   CUDA pretended on a host without GPUs when the build targets GPUs;
+1. accelerate's `load_config_from_file` on accelerate.yaml;
+2. accelerate's launch-environment derivation (`_validate_launch_command`, then `prepare_deepspeed_cmd_env` /
+   `prepare_multi_gpu_env`), as `accelerate launch` does, CUDA pretended on a host without GPUs;
 3. in that environment, the plugin accelerate builds (`DeepSpeedPlugin` / FSDP plugin), whose
    checks refuse keys set both in the YAML and in deepspeed.json;
 4. the "auto" values filled by accelerate's own `deepspeed_config_process` /

@@ -7,9 +7,23 @@ built here as accelerate's `prepare` would swap it in for a torch AdamW/Adam; ot
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import math
 from typing import Any
 
 import torch
+
+#: training.optimizer values tuner runs from another package: name -> (module, class, pip name).
+PACKAGED = {"lion": ("lion_pytorch", "Lion", "lion-pytorch"), "prodigy": ("prodigyopt", "Prodigy", "prodigyopt")}
+
+
+def missing_optimizer_package(name: str) -> str | None:
+    """Why `tuner run` cannot build optimizer `name` here (its package is not installed), or None."""
+    if name in PACKAGED and importlib.util.find_spec(PACKAGED[name][0]) is None:
+        return (f"training.optimizer = {name!r} needs the {PACKAGED[name][2]} package, which is not installed: "
+                f"pip install {PACKAGED[name][2]} (or choose adamw, adam or sgd)")
+    return None
 
 
 def lr_schedule(kind: str, optimizer, warmup: int, total: int):
@@ -28,6 +42,7 @@ def optimizer_and_scheduler(params: list, training: Any, ds_cfg: dict, total_ste
     from accelerate.utils import DummyOptim, DummyScheduler
 
     t = training
+    warmup = t.warmup_steps or math.ceil(getattr(t, "warmup_ratio", 0.0) * total_steps)
     # deepspeed.json names an optimizer only when the settings (or the imported file) ask for
     # one: then accelerate's DummyOptim pattern, and accelerate fills the block's "auto"
     # lr / weight_decay from it.
@@ -44,16 +59,22 @@ def optimizer_and_scheduler(params: list, training: Any, ds_cfg: dict, total_ste
         opt = torch.optim.SGD(params, lr=t.learning_rate, weight_decay=t.weight_decay)
     elif t.optimizer == "adam":
         opt = torch.optim.Adam(params, lr=t.learning_rate, weight_decay=t.weight_decay)
+    elif t.optimizer in PACKAGED:
+        problem = missing_optimizer_package(t.optimizer)
+        if problem:
+            raise RuntimeError(problem)
+        module, cls, _ = PACKAGED[t.optimizer]
+        opt = getattr(importlib.import_module(module), cls)(params, lr=t.learning_rate, weight_decay=t.weight_decay)
     else:
         opt = torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=t.weight_decay)
     if "scheduler" in ds_cfg:
         # The JSON's scheduler wins (compile said so). accelerate divides total_num_steps
         # by the number of processes (it expects a count over the unsharded data).
-        sched = DummyScheduler(opt, total_num_steps=total_steps * world, warmup_num_steps=t.warmup_steps)
+        sched = DummyScheduler(opt, total_num_steps=total_steps * world, warmup_num_steps=warmup)
     elif isinstance(opt, DummyOptim):
         # DeepSpeed builds the optimizer; it calls this with it to build the schedule.
         sched = DummyScheduler(opt, lr_scheduler_callable=lambda o: lr_schedule(
-            t.lr_scheduler, o, t.warmup_steps, total_steps))
+            t.lr_scheduler, o, warmup, total_steps))
     else:
-        sched = lr_schedule(t.lr_scheduler, opt, t.warmup_steps, total_steps)
+        sched = lr_schedule(t.lr_scheduler, opt, warmup, total_steps)
     return opt, sched

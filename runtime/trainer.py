@@ -217,7 +217,10 @@ class Trainer:
                     loss = self.fam.loss(self.model, batch)
                     self.acc.backward(loss)
                     if self.acc.sync_gradients and t.max_grad_norm > 0 and not self.is_ds:
-                        self.acc.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
+                        if t.clip_method == "value":  # each gradient value (SimpleTuner's default method)
+                            self.acc.clip_grad_value_(self.model.parameters(), t.max_grad_norm)
+                        else:
+                            self.acc.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
                     self.optimizer.step()
                     if self.acc.sync_gradients:
                         self.scheduler.step()

@@ -34,7 +34,7 @@ AXOLOTL = {
     "base_model": "model.path", "micro_batch_size": "training.micro_batch_size",
     "gradient_accumulation_steps": "training.gradient_accumulation_steps", "learning_rate": "training.learning_rate",
     "weight_decay": "training.weight_decay", "max_grad_norm": "training.max_grad_norm",
-    "warmup_steps": "training.warmup_steps", "lr_scheduler": "training.lr_scheduler",
+    "warmup_steps": "training.warmup_steps", "warmup_ratio": "training.warmup_ratio", "lr_scheduler": "training.lr_scheduler",
     "seed": "training.seed", "gradient_checkpointing": "training.gradient_checkpointing",
     "logging_steps": "training.log_every", "output_dir": "output.dir", "sequence_len": "data.seq_len",
     "lora_r": "model.lora_rank", "lora_alpha": "model.lora_alpha", "lora_dropout": "model.lora_dropout",

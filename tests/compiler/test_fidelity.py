@@ -149,3 +149,47 @@ def test_deepspeed_sequence_parallel_size_counts_in_the_world_size(tmp_path):
     parse_deepspeed(json.loads(result.deepspeed_json), result.plan.data_parallel_size)
     three = compile_text(to_toml(imported), ["num_processes=3"], path=tmp_path / "settings.toml")
     assert any(d.key == "deepspeed.config.sequence_parallel_size" for d in three.diagnostics.errors)
+
+
+def test_simpletuner_vocabulary_is_kept_exactly(tmp_path):
+    """SimpleTuner's names (item 8): torch-adamw is AdamW, adam_weight_decay survives exactly
+    (it used to become 0), warmup ratio, clipping method and base-model precision have keys,
+    Prodigy is kept as the training optimizer, and what has no key (LyCORIS, ramtorch) is
+    listed as not imported, never refusing the whole file."""
+    source = tmp_path / "config.json"
+    base = {"--model_family": "flux", "--pretrained_model_name_or_path": "black-forest-labs/FLUX.1-dev",
+            "--adam_weight_decay": 0.01, "--warmup_ratio": 0.05, "--grad_clip_method": "norm",
+            "--max_grad_norm": 1.5, "--base_model_precision": "int8-quanto", "--lycoris_config": "lycoris.json",
+            "--ramtorch": True}
+    source.write_text(json.dumps({**base, "--optimizer": "torch-adamw"}))
+    imported = import_files([source])
+    text = to_toml(imported)
+    result = compile_text(text)
+    assert result.ok, [d.format() for d in result.diagnostics.errors]
+    t = result.settings.training
+    assert (t.optimizer, t.weight_decay, t.warmup_ratio, t.clip_method, t.max_grad_norm) == ("adamw", 0.01, 0.05,
+                                                                                             "norm", 1.5)
+    assert result.settings.model.base_precision == "int8-quanto"
+    assert {"lycoris_config", "ramtorch"} <= set(imported.not_distributed["config.json"])
+    source.write_text(json.dumps({**base, "--optimizer": "prodigy"}))
+    assert compile_text(to_toml(import_files([source]))).settings.training.optimizer == "prodigy"
+    # unset clipping is SimpleTuner's default: each value, at 2.0
+    source.write_text(json.dumps({"--model_family": "flux", "--optimizer": "adamw_bf16"}))
+    t = compile_text(to_toml(import_files([source]))).settings.training
+    assert (t.clip_method, t.max_grad_norm) == ("value", 2.0)
+
+
+def test_tuner_run_refuses_an_optimizer_whose_package_is_missing(tmp_path):
+    """Lion/Prodigy train when their package is installed; otherwise tuner run says which
+    package, before any rank starts (exit 1, no traceback)."""
+    from tuner.runtime.optim import missing_optimizer_package
+
+    if missing_optimizer_package("prodigy") is None:
+        pytest.skip("prodigyopt is installed here")
+    settings = tmp_path / "settings.toml"
+    settings.write_text("[hardware]\nplatform = 'cpu'\n[training]\noptimizer = 'prodigy'\nmax_steps = 1\n"
+                        f"[output]\ndir = '{tmp_path / 'out'}'\n")
+    r = subprocess.run([sys.executable, "-m", "tuner", "run", str(settings)], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "pip install prodigyopt" in r.stderr and "Traceback" not in r.stderr
