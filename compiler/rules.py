@@ -196,15 +196,29 @@ def check(n: Normalised, diags: Diagnostics, detected: str | None = None) -> tup
 
 
 def _deepspeed_sequence_parallel(s: Settings, ds_on: bool, world: int, diags: Diagnostics) -> int:
-    """DeepSpeed's Ulysses `sequence_parallel_size`: DeepSpeed checks the batch against
-    world / sequence_parallel_size data-parallel ranks, so the compile does too."""
-    raw = s.deepspeed.config if ds_on and isinstance(s.deepspeed.config, dict) else {}
-    sp = raw.get("sequence_parallel_size", 1)
-    if not isinstance(sp, int) or isinstance(sp, bool) or sp <= 1:
-        return 1
+    """Ulysses sequence parallelism, DeepSpeed's `sequence_parallel_size` or accelerate's
+    `context_parallel.sp_size`: DeepSpeed checks the batch against world / sp data-parallel
+    ranks, so the compile does too."""
+    cp = s.context_parallel
+    if cp.sp_size > 1:
+        key, sp = "context_parallel.sp_size", cp.sp_size
+        if not ds_on:
+            diags.error(key, "Ulysses sequence parallelism (accelerate's sp_backend deepspeed) runs under DeepSpeed",
+                        "set deepspeed.enabled = true, or context_parallel.sp_size = 1 (ring CP with FSDP2 is "
+                        "context_parallel.size)")
+            return 1
+        if cp.size > 1:
+            diags.error(key, "accelerate runs either context parallelism (cp) or sequence parallelism (sp), not both",
+                        "set context_parallel.size = 1 or context_parallel.sp_size = 1")
+            return 1
+    else:
+        raw = s.deepspeed.config if ds_on and isinstance(s.deepspeed.config, dict) else {}
+        key, sp = "deepspeed.config.sequence_parallel_size", raw.get("sequence_parallel_size", 1)
+        if not isinstance(sp, int) or isinstance(sp, bool) or sp <= 1:
+            return 1
     if world % sp:
-        diags.error("deepspeed.config.sequence_parallel_size", f"sequence_parallel_size {sp} does not divide the "
-                    f"{world} processes (DeepSpeed's data-parallel world is processes / sequence_parallel_size)",
+        diags.error(key, f"sequence parallel size {sp} does not divide the {world} processes (DeepSpeed's "
+                    "data-parallel world is processes / sequence parallel size)",
                     f"set hardware.num_processes to a multiple of {sp}")
         return 1
     return sp

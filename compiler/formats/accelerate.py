@@ -161,17 +161,21 @@ def _deepspeed_defaults(src: str, out: Imported) -> None:
 
 
 def _parallelism(pc: Any, src: str, out: Imported) -> None:
-    """Context parallelism is tuner's own setting; the other mesh dimensions (tensor,
-    sequence parallelism, HSDP) are kept as accelerate's keys."""
+    """Context parallelism (ring, cp_*) and Ulysses sequence parallelism (sp_*) are tuner's own
+    settings (context_parallel.*); the other mesh dimensions (tensor, HSDP) are kept as
+    accelerate's keys. The data-parallel sizes tuner derives from the process count."""
     if not isinstance(pc, dict) or not pc:
         return
-    cp = pc.get("parallelism_config_cp_size", 1)
-    if isinstance(cp, int) and cp > 1:
-        out.set("context_parallel.size", cp, src)
-        out.set("hardware.platform", "cuda", src)
-        if pc.get("parallelism_config_cp_comm_strategy"):
-            out.set("context_parallel.comm_strategy", pc["parallelism_config_cp_comm_strategy"], src)
-        # tuner writes the CP block (dp_shard from the process count); other keys are kept.
+    cp, sp = pc.get("parallelism_config_cp_size", 1), pc.get("parallelism_config_sp_size", 1)
+    cp_on, sp_on = isinstance(cp, int) and cp > 1, isinstance(sp, int) and sp > 1
+    names = accelerate_names("parallelism_config")
+    if cp_on or sp_on:
+        if cp_on:
+            out.set("hardware.platform", "cuda", src)
+        for key, target in names.items():
+            if key in pc and (key.startswith("parallelism_config_cp_") if cp_on else key.startswith("parallelism_config_sp_")):
+                out.set(target, pc[key], src)
+        # tuner writes the mesh (dp_shard from the process count); other keys are kept.
         rest = {k: v for k, v in pc.items() if k not in CP_KEYS and not (
             k == "parallelism_config_dp_shard_size" or (k.endswith(("_dp_replicate_size", "_tp_size")) and v == 1))}
     else:

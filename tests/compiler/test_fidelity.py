@@ -9,10 +9,12 @@ complete (9). Item 1 is tests/compiler/test_offload_plain_script.py.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tests.compiler.helpers import parse_deepspeed
 from tests.compiler.interop import launch_view
@@ -193,3 +195,54 @@ def test_tuner_run_refuses_an_optimizer_whose_package_is_missing(tmp_path):
                        timeout=600)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "pip install prodigyopt" in r.stderr and "Traceback" not in r.stderr
+
+
+ULYSSES = """
+[model]
+family = "causal_lm"
+path = "builtin:tiny-llama"
+[hardware]
+platform = "cuda"
+num_processes = 4
+[deepspeed]
+enabled = true
+zero_stage = 3
+[context_parallel]
+sp_size = 2
+sp_attn_implementation = "flash_attention_2"
+[training]
+mixed_precision = "bf16"
+micro_batch_size = 2
+[data]
+seq_len = 4096
+"""
+
+
+def test_ulysses_sequence_parallelism_is_a_setting_beside_ring_cp(tmp_path, monkeypatch):
+    """accelerate's parallelism_config_sp_* keys (item 5): settings, import, emit, rules and
+    estimate know them; the launch accelerate derives has sp_size 2 on a 2-way data-parallel
+    mesh, and the seed's CP rule is intact."""
+    settings = tmp_path / "settings.toml"
+    settings.write_text(ULYSSES)
+    result = compile_text(ULYSSES, path=settings)
+    assert result.ok, [d.format() for d in result.diagnostics.errors]
+    assert result.plan.data_parallel_size == 2
+    pc = yaml.safe_load(result.accelerate_yaml)["parallelism_config"]
+    assert pc["parallelism_config_sp_size"] == 2 and pc["parallelism_config_dp_shard_size"] == 2
+    assert pc["parallelism_config_sp_attn_implementation"] == "flash_attention_2"
+    result.write()
+    monkeypatch.chdir(tmp_path)
+    view = launch_view(tmp_path / "build" / "accelerate.yaml")
+    assert view["parallelism"]["sp_size"] == 2 and view["parallelism"]["sp_backend"] == "deepspeed"
+    # the sequence split lowers the activations the estimate counts per rank
+    one = compile_text(ULYSSES.replace("sp_size = 2", "sp_size = 1"), path=settings)
+    acts = [r.estimate.chosen.device.activations for r in (result, one)]
+    assert acts[0] < acts[1]
+    without_ds = compile_text(ULYSSES.replace("enabled = true", "enabled = false"), path=settings)
+    assert any(d.key == "context_parallel.sp_size" and "DeepSpeed" in d.message for d in without_ds.diagnostics.errors)
+    both = compile_text(ULYSSES.replace("sp_size = 2", "sp_size = 2\nsize = 2"), path=settings)
+    assert any("either context parallelism" in d.message for d in both.diagnostics.errors)
+    # the import of trl's ALST config lands in the same keys
+    alst = Path(__file__).parent / "data" / "trl" / "alst_ulysses_4gpu.yaml"
+    values = import_files([alst]).values
+    assert values["context_parallel.sp_size"] == 2 and values["context_parallel.sp_backend"] == "deepspeed"
