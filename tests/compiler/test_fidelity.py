@@ -246,3 +246,23 @@ def test_ulysses_sequence_parallelism_is_a_setting_beside_ring_cp(tmp_path, monk
     alst = Path(__file__).parent / "data" / "trl" / "alst_ulysses_4gpu.yaml"
     values = import_files([alst]).values
     assert values["context_parallel.sp_size"] == 2 and values["context_parallel.sp_backend"] == "deepspeed"
+
+
+def test_warmup_ratio_reaches_the_schedule():
+    """tuner run's schedule warms up for warmup_ratio x the steps when warmup_steps is 0."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from tuner.runtime.optim import optimizer_and_scheduler
+
+    param = torch.nn.Parameter(torch.zeros(3))
+    t = SimpleNamespace(learning_rate=1.0, weight_decay=0.0, optimizer="adamw", lr_scheduler="linear",
+                        warmup_steps=0, warmup_ratio=0.5)
+    opt, sched = optimizer_and_scheduler([param], t, {}, 10, 1)
+    lrs = []
+    for _ in range(6):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[0] == 0.0 and lrs[5] == 1.0  # 5 warmup steps of 10
