@@ -15,8 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.compiler.helpers import accelerate_launch_env
 from tuner.compiler import compile_text
+
+from tests.compiler.helpers import accelerate_launch_env
 
 SCRIPT = Path(__file__).parent / "scripts" / "plain_accelerate_step.py"
 SETTINGS = """
