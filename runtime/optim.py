@@ -1,8 +1,9 @@
 """The optimizer and LR schedule of a run, from the settings and the compiled deepspeed.json.
 
 DeepSpeed builds the optimizer itself when deepspeed.json names one (accelerate's
-`DummyOptim` pattern). For ZeRO-Offload with no optimizer block it is DeepSpeed's CPU Adam,
-built here as accelerate's `prepare` would swap it in for a torch AdamW/Adam; otherwise torch's.
+`DummyOptim` pattern), and for ZeRO-Offload with no block tuner run adds one to accelerate's
+in-memory config (`offload_optimizer_block`), so DeepSpeed builds its CPU Adam with the engine;
+otherwise it is torch's (or lion / prodigy from their packages).
 """
 
 from __future__ import annotations
@@ -37,6 +38,18 @@ def lr_schedule(kind: str, optimizer, warmup: int, total: int):
     return get_scheduler(kind, optimizer, num_warmup_steps=warmup, num_training_steps=max(1, total))
 
 
+def offload_optimizer_block(ds_cfg: dict, training: Any) -> dict | None:
+    """ZeRO-Offload with no optimizer block in deepspeed.json: the block tuner run adds to
+    accelerate's in-memory DeepSpeed config, so that DeepSpeed builds its CPU Adam with the engine
+    (its state and the DummyScheduler schedule resume with the engine's checkpoint). The compiled
+    JSON stays without it, so a plain script's torch AdamW works too (accelerate swaps it)."""
+    offload = str(((ds_cfg.get("zero_optimization") or {}).get("offload_optimizer") or {})
+                  .get("device", "none")) != "none"
+    if "optimizer" in ds_cfg or not offload or training.optimizer not in ("adamw", "adam"):
+        return None
+    return {"type": "Adam" if training.optimizer == "adam" else "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}}
+
+
 def optimizer_and_scheduler(params: list, training: Any, ds_cfg: dict, total_steps: int, world: int):
     """(optimizer, scheduler) for `params` under the settings' ``[training]`` table."""
     from accelerate.utils import DummyOptim, DummyScheduler
@@ -50,7 +63,7 @@ def optimizer_and_scheduler(params: list, training: Any, ds_cfg: dict, total_ste
                   .get("device", "none")) != "none"
     if "optimizer" in ds_cfg:
         opt = DummyOptim(params, lr=t.learning_rate, weight_decay=t.weight_decay)
-    elif offload:  # ZeRO-Offload, no optimizer block: DeepSpeed's CPU Adam (what accelerate swaps in)
+    elif offload:  # ZeRO-Offload, no block and none added: DeepSpeed's CPU Adam as a client optimizer
         from deepspeed.ops.adam import DeepSpeedCPUAdam
 
         opt = DeepSpeedCPUAdam(params, lr=t.learning_rate, weight_decay=t.weight_decay,

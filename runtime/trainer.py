@@ -27,7 +27,7 @@ from .callbacks import Callbacks
 from .families import get_family
 from .families.base import FamilyContext
 from .memory import rank_state_bytes
-from .optim import optimizer_and_scheduler
+from .optim import offload_optimizer_block, optimizer_and_scheduler
 from .progress import Reporter
 
 #: Process-group timeout: a collective waiting this long for a dead peer fails the rank.
@@ -133,6 +133,10 @@ class Trainer:
         if self.max_steps_override is not None:
             self.total_steps = self.max_steps_override
         ds_cfg = self.arts.deepspeed_config() if self.is_ds else {}
+        block = offload_optimizer_block(ds_cfg, t) if self.is_ds else None
+        if block:  # ZeRO-Offload: DeepSpeed builds its CPU Adam (the artefact itself names none)
+            self.acc.state.deepspeed_plugin.deepspeed_config["optimizer"] = block
+            ds_cfg = {**ds_cfg, "optimizer": block}
         return optimizer_and_scheduler(list(self.fam.trainable_parameters(model)), t, ds_cfg, self.total_steps,
                                        self.world)
 
