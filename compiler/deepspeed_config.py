@@ -4,9 +4,9 @@ The raw ``deepspeed.config`` (DeepSpeed's own structure, as in the seed's manual
 wins where it says something; builder fields the person set fill the rest. The result is a
 file accelerate users recognise (docs/artefacts.md says what it contains and why):
 
-* an optimizer or scheduler block only when the settings ask for one, or for ZeRO-Offload
-  of the optimizer, where DeepSpeed refuses a client optimizer: then accelerate's own
-  offload template (an AdamW block with "auto" parameters, filled by `DummyOptim`);
+* an optimizer or scheduler block only when the settings (or the imported file) ask for one;
+  not for ZeRO-Offload either: accelerate's `prepare` replaces a script's torch AdamW/Adam
+  with DeepSpeed's CPU Adam when the JSON offloads the optimizer and names none;
 * "auto" stays "auto" wherever accelerate fills it in `prepare` (`deepspeed_rules.ACCELERATE_FILLS`);
 * a key neither the raw config nor a setting the person wrote gives is left out, so DeepSpeed's
   and accelerate's own defaults apply (no added clipping, pin_memory, aio, bucket sizes);
@@ -73,6 +73,11 @@ def build(s: Settings, world_size: int, explicit: set[str], diags: Diagnostics,
     optimizer(out, zero, s, explicit, builder, diags)
     scheduler(out, s, explicit, diags)
     deepspeed_rules.leftover_auto(out, "deepspeed.config", "", diags)
+    # What tuner added is held to the same rules as the source: a refusal names every key to
+    # change, and a compile that passes never writes a JSON DeepSpeed would reject.
+    added = Diagnostics(file=diags.file, locate=diags.locate)
+    deepspeed_rules.check(out, "deepspeed.config", added)
+    diags.extend(added.errors)
     return out, s
 
 
@@ -238,7 +243,8 @@ def _zero(out: dict, s: Settings, explicit: set[str], builder: bool, diags: Diag
             diags.note(f"deepspeed.config.zero_optimization.{short}", f"written as stage3_{short} (the same "
                        "DeepSpeed field), the name under which accelerate fills 'auto'")
     if stage == 3:
-        names = ("gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save")
+        names = ("gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save",
+                 "stage3_gather_fp16_weights_on_model_save")  # DeepSpeed refuses two of them together
         if not any(n in zero for n in names):
             if builder or "deepspeed.gather_16bit_weights_on_model_save" in explicit:
                 zero[names[1]] = ds.gather_16bit_weights_on_model_save

@@ -2,9 +2,9 @@
 
 Offload: ZeRO-Offload to CPU or NVMe, checked against the ZeRO stage; the NVMe swap
 directory is checked against what the compile's gather stage measured (`inputs.DiskFacts`),
-never by looking at the disk here. Optimizer: the names tuner accepts, and accelerate's own
-ZeRO-Offload template where DeepSpeed refuses a client optimizer. Scheduler: DeepSpeed's,
-with the "auto" parameters accelerate fills.
+never by looking at the disk here. Optimizer: the names tuner accepts, and no block for
+ZeRO-Offload (accelerate swaps a torch Adam/AdamW for DeepSpeed's CPU Adam). Scheduler:
+DeepSpeed's, with the "auto" parameters accelerate fills.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def offload(out, zero, s: Settings, stage: int, explicit, diags: Diagnostics,
             ds.offload_param = device
 
 
-#: training.optimizer -> the DeepSpeed optimizer type that runs it on offloaded (CPU) state.
+#: training.optimizer values accelerate replaces with DeepSpeed's CPU Adam under ZeRO-Offload.
 _OFFLOAD_OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam"}
 
 
@@ -138,25 +138,20 @@ def optimizer(out: dict, zero: dict, s: Settings, explicit: set[str], builder: b
         opt = out["optimizer"] = {"type": name, "params": {"lr": "auto", "weight_decay": "auto"}}
         diags.note("deepspeed.optimizer", f"DeepSpeed optimizer {name}; its lr and weight_decay are 'auto', "
                    "filled by accelerate (tuner run passes training.learning_rate and weight_decay)")
-    elif offload and not builder:
-        # A raw config (an imported one) means what it says: no block is added. DeepSpeed then
-        # needs its own CPU optimizer from the script (tuner run builds DeepSpeedCPUAdam).
-        diags.note("deepspeed.config.optimizer", "ZeRO-Offload with no optimizer block, kept as written: a script "
-                   "must pass DeepSpeed's CPU optimizer (deepspeed.ops.adam.DeepSpeedCPUAdam), which tuner run "
-                   "does; set deepspeed.optimizer to have the JSON name one instead")
     elif offload and out.get("zero_force_ds_cpu_optimizer", True) is not False:
-        # DeepSpeed refuses a client optimizer with ZeRO-Offload; accelerate's own offload
-        # templates name one with "auto" parameters, and scripts pass DummyOptim.
-        offload_name = _OFFLOAD_OPTIMIZERS.get(t.optimizer)
-        if offload_name is None:
-            diags.error("training.optimizer", f"ZeRO-Offload runs the optimizer with DeepSpeed's CPU kernels, "
-                        f"which have no {t.optimizer!r}", "use training.optimizer = 'adamw' or 'adam', or set "
-                        "deepspeed.optimizer to a DeepSpeed optimizer")
+        # No block is added (what the settings or the source file say is what the JSON says):
+        # accelerate's prepare replaces a torch Adam/AdamW with DeepSpeed's CPU Adam when the
+        # JSON offloads the optimizer and names none, so a plain script runs with it, and it
+        # would fail with a block ("cannot specify an optimizer in the config file and in the
+        # code"). DeepSpeed refuses any other client optimizer with offload.
+        if t.optimizer not in _OFFLOAD_OPTIMIZERS:
+            diags.error("training.optimizer", f"ZeRO-Offload runs the optimizer with DeepSpeed's CPU Adam, which has "
+                        f"no {t.optimizer!r} (DeepSpeed refuses another client optimizer with offload)",
+                        "use training.optimizer = 'adamw' or 'adam', or set deepspeed.optimizer to a DeepSpeed optimizer")
             return
-        opt = out["optimizer"] = {"type": offload_name, "params": {"lr": "auto", "weight_decay": "auto"}}
-        diags.note("deepspeed.config.optimizer", f"{offload_name} with 'auto' parameters, as in accelerate's ZeRO-Offload "
-                   "templates: DeepSpeed refuses a client optimizer with optimizer offload, so scripts pass "
-                   "accelerate's DummyOptim (tuner run does)")
+        diags.note("deepspeed.config.optimizer", "ZeRO-Offload with no optimizer block: accelerate replaces the "
+                   "script's torch AdamW/Adam with DeepSpeed's CPU Adam (tuner run builds it directly); set "
+                   "deepspeed.optimizer to have the JSON name one instead")
     if opt is None:
         return
     params = opt.setdefault("params", {})

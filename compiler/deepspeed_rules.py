@@ -112,9 +112,33 @@ def check(config: dict[str, Any], where: str, diags: Diagnostics) -> bool:
     return len(diags.errors) == before
 
 
+def _spelling_of(key: str, fields: dict[str, Any]) -> str:
+    """The one DeepSpeed field a key names: ``stage3_x`` is the alias of ``x``; a deprecated
+    key names the field that replaced it."""
+    spec = fields.get(key) or {}
+    target = spec.get("deprecated")
+    if isinstance(target, str) and target in fields:
+        key = target
+    return key.removeprefix("stage3_") if key.startswith("stage3_") and key.removeprefix("stage3_") in fields else key
+
+
+def _two_spellings(block: dict[str, Any], fields: dict[str, Any], path: str, diags: Diagnostics) -> None:
+    """DeepSpeed refuses one field given twice (an alias and its name, or a deprecated key and
+    its replacement), even with equal values: say so for both keys at once."""
+    seen: dict[str, str] = {}
+    for key in block:
+        field = _spelling_of(key, fields)
+        if field in seen:
+            diags.error(f"{path}.{key}", f"{seen[field]!r} and {key!r} are two spellings of one DeepSpeed setting "
+                        f"({field}); DeepSpeed refuses both together", f"keep one of {seen[field]} and {key}")
+        else:
+            seen[field] = key
+
+
 def _check_model(block: dict[str, Any], model: str, path: str, dotted: str, diags: Diagnostics) -> None:
     r = rules()
     m = r["models"][model]
+    _two_spellings(block, m["fields"], path, diags)
     for key, value in block.items():
         kpath, kdotted = f"{path}.{key}", f"{dotted}.{key}"
         spec = m["fields"].get(key)
@@ -129,7 +153,11 @@ def _check_model(block: dict[str, Any], model: str, path: str, dotted: str, diag
             continue
         if value == "auto":
             if kdotted not in ACCELERATE_FILLS | _RENAMED_FOR_ACCELERATE:
-                _unfilled_auto(kpath, diags)
+                # DeepSpeed's config models drop an "auto" nothing filled (config_utils:
+                # DeepSpeedConfigModel), so its own default applies: accepted, and said.
+                default = "" if spec.get("default") is None else f" ({spec['default']!r})"
+                diags.note(kpath, f"'auto' is not filled by accelerate here; DeepSpeed drops it and uses its "
+                           f"default{default}", "write a value to choose another")
             continue
         problem = _type_problem(value, spec)
         if problem:
@@ -148,9 +176,12 @@ def _check_block(block: dict[str, Any], path: str, diags: Diagnostics) -> None:
 
 
 def leftover_auto(node: Any, path: str, dotted: str, diags: Diagnostics) -> None:
-    """An "auto" that accelerate does not fill would reach DeepSpeed unresolved."""
+    """An "auto" that accelerate does not fill would reach DeepSpeed unresolved (inside the
+    blocks DeepSpeed's config models read, `check` notes that DeepSpeed drops it)."""
     if isinstance(node, dict):
         for key, value in node.items():
+            if not dotted and rules()["top_level"].get(key, {}).get("type") == "table":
+                continue
             leftover_auto(value, f"{path}.{key}", f"{dotted}.{key}" if dotted else str(key), diags)
     elif isinstance(node, list):
         for i, value in enumerate(node):

@@ -123,6 +123,17 @@ def accelerate_config(s: Settings, plan: Plan, deepspeed_path: str | None) -> di
                 "parallelism_config_dp_shard_size": plan.data_parallel_size,
                 "parallelism_config_tp_size": 1,
             }
+    cp = s.context_parallel
+    if plan.uses_deepspeed and cp.sp_size > 1:  # Ulysses (ALST): accelerate's sp keys beside DeepSpeed
+        cfg["parallelism_config"] = {
+            "parallelism_config_dp_replicate_size": 1,
+            "parallelism_config_dp_shard_size": plan.data_parallel_size,
+            "parallelism_config_tp_size": 1,
+            "parallelism_config_sp_size": cp.sp_size,
+            "parallelism_config_sp_backend": cp.sp_backend,
+            "parallelism_config_sp_seq_length_is_variable": cp.sp_seq_length_is_variable,
+            "parallelism_config_sp_attn_implementation": cp.sp_attn_implementation,
+        }
     if s.accelerate.parallelism_config:
         # Other mesh dimensions (tensor, sequence parallelism, HSDP) as the settings give them;
         # the CP keys above come from context_parallel.* and win.

@@ -326,7 +326,9 @@ def estimate_strategy(s: Settings, m: ModelSize, strategy: str, world: int, rank
         if "nvme" in (o.offload_optimizer, o.offload_param):
             host.buffers = 5 * max(100_000_000, block) * b  # pinned swap buffers
     checkpointing = s.training.gradient_checkpointing or (o.fsdp and s.fsdp.activation_checkpointing)
-    dev.activations = activation_bytes(s, m, cp if o.fsdp else 1, checkpointing)
+    # ring CP splits the sequence under FSDP2, Ulysses (context_parallel.sp_size) under DeepSpeed
+    split = cp if o.fsdp else max(1, s.context_parallel.sp_size) if name.startswith("zero") else 1
+    dev.activations = activation_bytes(s, m, split, checkpointing)
     if platform in ("cuda", "rocm"):
         dev.overhead = GPU_OVERHEAD_BYTES
 

@@ -181,6 +181,9 @@ def check(n: Normalised, diags: Diagnostics, detected: str | None = None) -> tup
     if s.model.type == "lora" and s.fsdp.enabled and s.fsdp.version == 1:
         diags.note("model.type", "LoRA with FSDP v1 needs use_orig_params; tuner sets it")
     dp = world // cp.size if cp.size > 1 and world % cp.size == 0 else world
+    _loop_under_deepspeed(s, ds_on, n.explicit, diags)
+    sp = _deepspeed_sequence_parallel(s, ds_on, world, diags)
+    dp = dp // sp if sp > 1 else dp
     plan = Plan(
         strategy=strategy,
         distributed_type=dtype,
@@ -194,3 +197,46 @@ def check(n: Normalised, diags: Diagnostics, detected: str | None = None) -> tup
     )
     return s, plan
 
+
+def _deepspeed_sequence_parallel(s: Settings, ds_on: bool, world: int, diags: Diagnostics) -> int:
+    """Ulysses sequence parallelism, DeepSpeed's `sequence_parallel_size` or accelerate's
+    `context_parallel.sp_size`: DeepSpeed checks the batch against world / sp data-parallel
+    ranks, so the compile does too."""
+    cp = s.context_parallel
+    if cp.sp_size > 1:
+        key, sp = "context_parallel.sp_size", cp.sp_size
+        if not ds_on:
+            diags.error(key, "Ulysses sequence parallelism (accelerate's sp_backend deepspeed) runs under DeepSpeed",
+                        "set deepspeed.enabled = true, or context_parallel.sp_size = 1 (ring CP with FSDP2 is "
+                        "context_parallel.size)")
+            return 1
+        if cp.size > 1:
+            diags.error(key, "accelerate runs either context parallelism (cp) or sequence parallelism (sp), not both",
+                        "set context_parallel.size = 1 or context_parallel.sp_size = 1")
+            return 1
+    else:
+        raw = s.deepspeed.config if ds_on and isinstance(s.deepspeed.config, dict) else {}
+        key, sp = "deepspeed.config.sequence_parallel_size", raw.get("sequence_parallel_size", 1)
+        if not isinstance(sp, int) or isinstance(sp, bool) or sp <= 1:
+            return 1
+    if world % sp:
+        diags.error(key, f"sequence parallel size {sp} does not divide the {world} processes (DeepSpeed's "
+                    "data-parallel world is processes / sequence parallel size)",
+                    f"set hardware.num_processes to a multiple of {sp}")
+        return 1
+    return sp
+
+
+def _loop_under_deepspeed(s: Settings, ds_on: bool, explicit: set[str], diags: Diagnostics) -> None:
+    """Loop choices DeepSpeed's engine does not run: value clipping (it clips the global norm,
+    `gradient_clipping`) and a packaged optimizer ZeRO refuses as untested."""
+    t = s.training
+    if not ds_on:
+        return
+    if t.clip_method == "value" and t.max_grad_norm > 0:
+        diags.error("training.clip_method", "DeepSpeed clips the global gradient norm only (gradient_clipping), not "
+                    "each value", "set training.clip_method = 'norm', or use DDP/FSDP")
+    named = "deepspeed.optimizer" in explicit or "optimizer" in (s.deepspeed.config or {})
+    if t.optimizer in ("lion", "prodigy") and not named:
+        fix = "set deepspeed.optimizer = 'Lion' (DeepSpeed's own)" if t.optimizer == "lion" else "use adamw"
+        diags.error("training.optimizer", f"{t.optimizer} is not an optimizer DeepSpeed's ZeRO runs from a script", fix)

@@ -48,8 +48,8 @@ MODEL_TYPE = spelling_table({"peft": "lora", "lora": "lora", "full": "full", "fu
 #: The dtype/fused/8-bit variants change memory and speed, not the update rule tuner runs.
 OPTIMIZER = {**{n: "adamw" for n in ("adamw_bf16", "adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused",
                                      "adamw_8bit", "adamw8bit", "bnb-adamw8bit", "ao-adamw8bit", "paged_adamw_8bit",
-                                     "paged_adamw_32bit", "optimi-adamw", "adamw_schedulefree")},
-             "adam_bf16": "adam", "sgd_torch": "sgd"}
+                                     "paged_adamw_32bit", "optimi-adamw", "adamw_schedulefree", "torch-adamw")},
+             "adam_bf16": "adam", "sgd_torch": "sgd", "optimi-lion": "lion", "lion_8bit": "lion"}
 TRUE = {"true", "yes", "on", "1"}
 FALSE = {"false", "no", "off", "0"}
 
@@ -90,7 +90,7 @@ def optimizer(value: Any) -> Any:
     return value
 
 
-optimizer.table = {**OPTIMIZER, **{n: n for n in ("adamw", "adam", "sgd")}}  # type: ignore[attr-defined]
+optimizer.table = {**OPTIMIZER, **{n: n for n in ("adamw", "adam", "sgd", "lion", "prodigy")}}  # type: ignore[attr-defined]
 
 
 def gpu_ids(value: Any) -> Any:

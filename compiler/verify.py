@@ -7,18 +7,16 @@ functions, so what CI checks and what the tests check cannot drift apart.
 What is run, in the build's project directory (where relative paths in the artefacts point):
 
 1. accelerate's `load_config_from_file` on accelerate.yaml;
-2. accelerate's launch-environment derivation (`_validate_launch_command`, then
-   `prepare_deepspeed_cmd_env` / `prepare_multi_gpu_env`), as `accelerate launch` does, with
-   CUDA pretended on a host without GPUs when the build targets GPUs;
+2. accelerate's launch-environment derivation (`_validate_launch_command`, then `prepare_deepspeed_cmd_env` /
+   `prepare_multi_gpu_env`), as `accelerate launch` does, CUDA pretended on a host without GPUs;
 3. in that environment, the plugin accelerate builds (`DeepSpeedPlugin` / FSDP plugin), whose
    checks refuse keys set both in the YAML and in deepspeed.json;
 4. the "auto" values filled by accelerate's own `deepspeed_config_process` /
    `set_mixed_precision` with what the run would pass (the manifest's settings);
 5. DeepSpeed's `DeepSpeedConfig` on the result at the run's data-parallel world size.
 
-`derive_rules()` reads DeepSpeed's pydantic config models; `schemas/deepspeed_rules.json`
-is its output, which `tuner compile` checks raw DeepSpeed configs against without importing
-DeepSpeed (a test re-derives it so it cannot go stale).
+`derive_rules()` reads DeepSpeed's pydantic config models into `schemas/deepspeed_rules.json`,
+which `tuner compile` checks raw configs against without DeepSpeed (a test re-derives it).
 """
 
 from __future__ import annotations
@@ -328,6 +326,8 @@ def _model_rules(model, out: dict[str, Any]) -> None:
         extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
         if extra.get("deprecated"):
             spec["deprecated"] = str(extra.get("new_param", ""))
+        if f.default is None or isinstance(f.default, (bool, int, float, str, enum.Enum)):  # what "auto" falls back to
+            spec["default"] = f.default.value if isinstance(f.default, enum.Enum) else f.default
         for key in {name, f.alias or name}:
             fields[key] = spec
         for arg in (f.annotation, *typing.get_args(f.annotation)):

@@ -26,7 +26,7 @@ from .callbacks import Callbacks
 from .families import get_family
 from .families.base import FamilyContext
 from .memory import rank_state_bytes
-from .optim import optimizer_and_scheduler
+from .optim import offload_optimizer_block, optimizer_and_scheduler
 from .progress import Reporter
 
 #: Process-group timeout: a collective waiting this long for a dead peer fails the rank.
@@ -134,6 +134,10 @@ class Trainer:
         if self.max_steps_override is not None:
             self.total_steps = self.max_steps_override
         ds_cfg = self.arts.deepspeed_config() if self.is_ds else {}
+        block = offload_optimizer_block(ds_cfg, t) if self.is_ds else None
+        if block:  # ZeRO-Offload: DeepSpeed builds its CPU Adam (the artefact itself names none)
+            self.acc.state.deepspeed_plugin.deepspeed_config["optimizer"] = block
+            ds_cfg = {**ds_cfg, "optimizer": block}
         return optimizer_and_scheduler(list(self.fam.trainable_parameters(model)), t, ds_cfg, self.total_steps,
                                        self.world)
 
@@ -226,7 +230,10 @@ class Trainer:
                     loss = self.fam.loss(self.model, batch)
                     self.acc.backward(loss)
                     if self.acc.sync_gradients and t.max_grad_norm > 0 and not self.is_ds:
-                        self.acc.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
+                        if t.clip_method == "value":  # each gradient value (SimpleTuner's default method)
+                            self.acc.clip_grad_value_(self.model.parameters(), t.max_grad_norm)
+                        else:
+                            self.acc.clip_grad_norm_(self.model.parameters(), t.max_grad_norm)
                     self.optimizer.step()
                     if self.acc.sync_gradients:
                         self.scheduler.step()

@@ -8,13 +8,14 @@ distributed-training keys onto canonical settings paths:
 * `simpletuner` — SimpleTuner's flat config (JSON/TOML, keys with or without ``--``) and its
   WebUI file (``{"_metadata": ..., "config": {"--key": ...}}``)
 * `hf_trainer` — HF Trainer / TrainingArguments JSON, and ms-swift's training-args JSON
+* `trainers` — axolotl's and LLaMA-Factory's training YAMLs
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import accelerate, deepspeed, hf_trainer, simpletuner
+from . import accelerate, deepspeed, hf_trainer, simpletuner, trainers
 from .base import Imported, ImportError_, ImportRefused
 
 __all__ = ["FORMATS", "Imported", "ImportError_", "ImportRefused", "detect", "READERS"]
@@ -27,6 +28,8 @@ FORMATS = {
     "simpletuner-webui": "SimpleTuner WebUI file ({\"_metadata\": ..., \"config\": {...}})",
     "hf-trainer": "HF Trainer / TrainingArguments JSON (fsdp, fsdp_config, deepspeed)",
     "ms-swift": "ms-swift training-args JSON",
+    "axolotl": "axolotl training YAML (base_model, micro_batch_size, deepspeed / fsdp_config...)",
+    "llamafactory": "LLaMA-Factory training YAML (model_name_or_path, finetuning_type, deepspeed...)",
 }
 
 READERS = {
@@ -36,6 +39,8 @@ READERS = {
     "simpletuner-webui": simpletuner.read_webui,
     "hf-trainer": hf_trainer.read,
     "ms-swift": hf_trainer.read_swift,
+    "axolotl": trainers.read_axolotl,
+    "llamafactory": trainers.read_llamafactory,
 }
 
 
@@ -53,6 +58,10 @@ def detect(data: dict[str, Any]) -> str | None:
         return "accelerate"
     if hf_trainer.matches_swift(data):
         return "ms-swift"
+    if trainers.matches_axolotl(data):
+        return "axolotl"
+    if trainers.matches_llamafactory(data):
+        return "llamafactory"
     if hf_trainer.matches(data):
         return "hf-trainer"
     if deepspeed.matches(data):

@@ -50,6 +50,14 @@ def read(data: dict[str, Any], path: Path, out: Imported) -> None:
     if dtype not in STRATEGIES:
         raise ImportRefused(f"{src}: distributed_type {dtype} has no tuner strategy (tuner runs NO, MULTI_GPU, "
                             "MULTI_CPU, FSDP and DEEPSPEED on CUDA, ROCm, MPS or CPU)")
+    procs = data.get("num_processes")
+    if dtype != "NO" and not (isinstance(procs, int) and not isinstance(procs, bool) and procs > 0):
+        # accelerate launch refuses to guess it for a multi-process type (it asks for
+        # --num_processes); tuner would otherwise compile one process, silently.
+        raise ImportRefused(f"{src}: distributed_type {dtype} with no num_processes ({procs!r}): accelerate launch "
+                            "does not guess the process count (it needs --num_processes); add `num_processes: N` "
+                            "(the number of processes over all machines, usually your GPU count) to the file and "
+                            "import it again")
     if str(data.get("mixed_precision", "no")).lower() == "fp8":
         raise ImportRefused(f"{src}: mixed_precision fp8 is not a precision tuner compiles (no, fp16, bf16)")
     if dtype == "FSDP":
@@ -74,8 +82,9 @@ def read(data: dict[str, Any], path: Path, out: Imported) -> None:
     gpu_ids = data.get("gpu_ids")
     if gpu_ids not in (None, "all"):
         out.set("hardware.gpu_ids", gpu_ids, src)
-    if dtype == "FSDP" and isinstance(data.get("fsdp_config"), dict):
-        _fsdp(data["fsdp_config"], src, out)
+    if dtype == "FSDP":
+        # no fsdp_config: accelerate builds its plugin from its own defaults (FSDP v1)
+        _fsdp(data["fsdp_config"] if isinstance(data.get("fsdp_config"), dict) else {}, src, out)
     ds = data.get("deepspeed_config") or {}
     if dtype == "DEEPSPEED" and isinstance(ds, dict):
         # the YAML's own flags first, so that the JSON only fills what they leave unset
@@ -95,6 +104,8 @@ def read(data: dict[str, Any], path: Path, out: Imported) -> None:
                 continue
             else:
                 out.unmodelled[f"deepspeed_config.{key}"] = value
+    if dtype == "DEEPSPEED" and isinstance(ds, dict) and not ds.get("deepspeed_config_file"):
+        _deepspeed_defaults(src, out)
     _parallelism(data.get("parallelism_config"), src, out)
     dyn = data.get("dynamo_config") or {}
     if isinstance(dyn, dict) and dyn.get("dynamo_backend") not in (None, "NO", "no"):
@@ -137,18 +148,34 @@ def _fsdp(fsdp: dict[str, Any], src: str, out: Imported) -> None:
                 "no fsdp_state_dict_type: accelerate's default for this FSDP version imported")
 
 
+def _deepspeed_defaults(src: str, out: Imported) -> None:
+    """A DeepSpeed setup in the YAML alone: what the file leaves unset is what accelerate's
+    `DeepSpeedPlugin` uses (stage 2, no offload, zero.Init for stage 3, no 16-bit gather on
+    save), not tuner's defaults."""
+    out.default("deepspeed.zero_stage", 2, src, "no zero_stage: accelerate's DeepSpeedPlugin uses stage 2; imported as 2")
+    if str(out.values.get("deepspeed.zero_stage")) == "3":
+        out.default("deepspeed.zero3_init", True, src,
+                    "no zero3_init_flag: accelerate initialises a stage-3 model sharded (zero.Init); imported as true")
+        out.default("deepspeed.gather_16bit_weights_on_model_save", False, src,
+                    "no zero3_save_16bit_model: accelerate's default (false) imported")
+
+
 def _parallelism(pc: Any, src: str, out: Imported) -> None:
-    """Context parallelism is tuner's own setting; the other mesh dimensions (tensor,
-    sequence parallelism, HSDP) are kept as accelerate's keys."""
+    """Context parallelism (ring, cp_*) and Ulysses sequence parallelism (sp_*) are tuner's own
+    settings (context_parallel.*); the other mesh dimensions (tensor, HSDP) are kept as
+    accelerate's keys. The data-parallel sizes tuner derives from the process count."""
     if not isinstance(pc, dict) or not pc:
         return
-    cp = pc.get("parallelism_config_cp_size", 1)
-    if isinstance(cp, int) and cp > 1:
-        out.set("context_parallel.size", cp, src)
-        out.set("hardware.platform", "cuda", src)
-        if pc.get("parallelism_config_cp_comm_strategy"):
-            out.set("context_parallel.comm_strategy", pc["parallelism_config_cp_comm_strategy"], src)
-        # tuner writes the CP block (dp_shard from the process count); other keys are kept.
+    cp, sp = pc.get("parallelism_config_cp_size", 1), pc.get("parallelism_config_sp_size", 1)
+    cp_on, sp_on = isinstance(cp, int) and cp > 1, isinstance(sp, int) and sp > 1
+    names = accelerate_names("parallelism_config")
+    if cp_on or sp_on:
+        if cp_on:
+            out.set("hardware.platform", "cuda", src)
+        for key, target in names.items():
+            if key in pc and (key.startswith("parallelism_config_cp_") if cp_on else key.startswith("parallelism_config_sp_")):
+                out.set(target, pc[key], src)
+        # tuner writes the mesh (dp_shard from the process count); other keys are kept.
         rest = {k: v for k, v in pc.items() if k not in CP_KEYS and not (
             k == "parallelism_config_dp_shard_size" or (k.endswith(("_dp_replicate_size", "_tp_size")) and v == 1))}
     else:

@@ -57,11 +57,13 @@ def read(data: dict[str, Any], path: Path, out: Imported, world_known: bool = Fa
         return
     if micro and total and not accum and data.get("gradient_accumulation_steps") in (None, "auto"):
         accum = 1  # accelerate's DeepSpeedPlugin fills an unset or "auto" accumulation with 1
+    sp = _int(data.get("sequence_parallel_size")) or 1  # Ulysses: DeepSpeed's batch counts world / sp ranks
     if micro and accum and total and total % (micro * accum) == 0:
-        world = total // (micro * accum)
+        world = total // (micro * accum) * sp
         out.set("hardware.num_processes", world, src)
+        per_sp = f" x sequence_parallel_size {sp}" if sp > 1 else ""
         out.remarks.append(f"{src}: num_processes {world} inferred from train_batch_size {total} / "
-                           f"(micro {micro} x accumulation {accum}), the only world size DeepSpeed accepts")
+                           f"(micro {micro} x accumulation {accum}){per_sp}, the only world size DeepSpeed accepts")
     elif total and (micro or accum):
         out.remarks.append(f"{src}: train_batch_size {total} fixes micro x accumulation x world, but the file does "
                            "not say the world size: set hardware.num_processes to the number of GPUs you launch on "

@@ -30,6 +30,7 @@ SIMPLE = {
     "weight_decay": "training.weight_decay",
     "max_grad_norm": "training.max_grad_norm",
     "warmup_steps": "training.warmup_steps",
+    "warmup_ratio": "training.warmup_ratio",
     "lr_scheduler_type": "training.lr_scheduler",
     "optim": "training.optimizer",
     "seed": "training.seed",

@@ -69,6 +69,11 @@ def read(data: dict[str, Any], path: Path, out: Imported) -> None:
         out.not_distributed.setdefault(src, {}).update(other)
     out.default("hardware.platform", "cuda", src, "target platform cuda (a SimpleTuner GPU config); "
                 "set hardware.platform for another")
+    ds = str(out.values.get("deepspeed.enabled", "")).lower() in ("true", "1") or "deepspeed.config" in out.values
+    if not ds:  # SimpleTuner's own clipping defaults (its parser): each value, at 2.0; DeepSpeed clips itself
+        out.default("training.max_grad_norm", 2.0, src, "no max_grad_norm: SimpleTuner's default 2.0 imported")
+        out.default("training.clip_method", "value", src,
+                    "no grad_clip_method: SimpleTuner clips each gradient value by default; imported as 'value'")
     _context_parallel(out, src)
 
 

@@ -34,11 +34,11 @@ class TrainingSettings:
         0.0001, aliases=("learning_rate", "lr"), exclusive_minimum=0, step="precision", order=3,
         help="Peak learning rate.")
     optimizer: str = setting(
-        "adamw", aliases=("optimizer", "optim"), choices=("adamw", "adam", "sgd"),
+        "adamw", aliases=("optimizer", "optim"), choices=("adamw", "adam", "sgd", "lion", "prodigy"),
         spellings=spellings.optimizer, step="precision", order=6,
-        help="Optimizer for non-DeepSpeed runs.")
+        help="Optimizer for non-DeepSpeed runs (lion needs the lion-pytorch package, prodigy prodigyopt).")
     weight_decay: float = setting(
-        0.0, aliases=("weight_decay",), minimum=0, step="precision",
+        0.0, aliases=("weight_decay", "adam_weight_decay"), minimum=0, step="precision",
         help="Weight decay.")
     lr_scheduler: str = setting(
         "constant", aliases=("lr_scheduler",),
@@ -49,6 +49,9 @@ class TrainingSettings:
     warmup_steps: int = setting(
         0, aliases=("lr_warmup_steps", "warmup_steps"), minimum=0, step="precision", order=5,
         help="Linear warmup steps.")
+    warmup_ratio: float = setting(
+        0.0, aliases=("warmup_ratio", "lr_warmup_ratio"), minimum=0, maximum=1, step="precision",
+        help="Warmup as a fraction of the training steps (used when warmup_steps is 0).")
     max_steps: int = setting(
         20, aliases=("max_train_steps", "max_steps"), minimum=0, step="precision", order=4,
         help="Optimizer steps to train (0: use num_epochs).")
@@ -58,6 +61,9 @@ class TrainingSettings:
     max_grad_norm: float = setting(
         1.0, aliases=("max_grad_norm",), minimum=0, step="precision",
         help="Clip the global gradient norm (0 disables).")
+    clip_method: str = setting(
+        "norm", aliases=("grad_clip_method", "clip_method"), choices=("norm", "value"), step="precision",
+        help="How max_grad_norm clips: the global norm, or each gradient value (value: not with DeepSpeed).")
     gradient_checkpointing: bool = setting(
         False, aliases=("gradient_checkpointing",), step="precision", order=8,
         help="Recompute activations in backward to save memory.")

@@ -147,7 +147,8 @@ class DeepspeedSettings:
 
 @dataclass
 class ContextParallelSettings:
-    """Context (sequence) parallelism on top of FSDP2, CUDA only."""
+    """Context (sequence) parallelism: ring CP on top of FSDP2 (size), or Ulysses sequence
+    parallelism under DeepSpeed (sp_*); CUDA only."""
 
     title: ClassVar[str] = "Context parallel"
     size: int = setting(
@@ -159,6 +160,24 @@ class ContextParallelSettings:
         spellings=spellings.COMM, accelerate=("parallelism_config.parallelism_config_cp_comm_strategy",),
         step="sharding", order=12,
         help="Rotation: allgather (overlap, the default) or alltoall.")
+    sp_size: int = setting(
+        1, aliases=("sequence_parallel_size", "sp_size"), minimum=1,
+        accelerate=("parallelism_config.parallelism_config_sp_size",), step="sharding", order=13,
+        help="Ulysses sequence parallelism (accelerate's sp, run by DeepSpeed): ranks that split each sequence by "
+             "attention heads; 1 disables it. Needs DeepSpeed; not together with context_parallel.size.")
+    sp_backend: str = setting(
+        "deepspeed", aliases=("sp_backend",), choices=("deepspeed",),
+        accelerate=("parallelism_config.parallelism_config_sp_backend",), step="sharding", order=14,
+        help="Who runs Ulysses sequence parallelism (accelerate 1.15 knows deepspeed only).")
+    sp_seq_length_is_variable: bool = setting(
+        True, aliases=("sp_seq_length_is_variable",),
+        accelerate=("parallelism_config.parallelism_config_sp_seq_length_is_variable",), step="sharding", order=15,
+        help="Batches may change sequence length (accelerate's default); false needs a fixed length.")
+    sp_attn_implementation: str = setting(
+        "sdpa", aliases=("sp_attn_implementation",),
+        accelerate=("parallelism_config.parallelism_config_sp_attn_implementation",), step="sharding", order=16,
+        help="Attention kernel under Ulysses: sdpa (accelerate's default), flash_attention_2, flash_attention_3, "
+             "or a hub kernel name.")
     standalone: bool = setting(
         False, aliases=("context_parallel_standalone",), step="sharding",
         help="Context parallelism applied by the training script itself, without FSDP (SimpleTuner's "

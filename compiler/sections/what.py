@@ -36,6 +36,10 @@ class ModelSettings:
         "full", aliases=("model_type",), choices=("full", "lora"), spellings=spellings.MODEL_TYPE,
         step="model", order=3,
         help="Train every weight (full) or LoRA adapters only (lora).")
+    base_precision: str = setting(
+        "no_change", aliases=("base_model_precision",), step="model",
+        help="Quantise the frozen base model (SimpleTuner's int8-quanto, nf4-bnb, ...): no_change keeps its "
+             "precision; tuner run trains only no_change (another value is for your own trainer).")
     lora_rank: int = setting(
         8, aliases=("lora_rank",), minimum=1, step="model", order=4,
         help="LoRA rank.")

@@ -27,8 +27,8 @@ LOGITS_ATOL = 1e-5
 STRATEGIES = {
     "ddp": {},
     "fsdp2": {"fsdp": {"enabled": True, "version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}},
-    # Under DeepSpeed the settings' LR schedule takes effect (deepspeed.json names no scheduler):
-    # built in code, or handed to DeepSpeed's CPU Adam through DummyScheduler under ZeRO-Offload.
+    # Under DeepSpeed the settings' LR schedule takes effect (deepspeed.json names no scheduler nor,
+    # under ZeRO-Offload, an optimizer): built in code over torch's or DeepSpeed's CPU Adam.
     "zero2_offload": {"deepspeed": {"enabled": True, "zero_stage": 2, "offload_optimizer": "cpu"},
                       "training": {"lr_scheduler": "cosine"}},
     "zero3": {"deepspeed": {"enabled": True, "zero_stage": 3}, "training": {"lr_scheduler": "linear"}},

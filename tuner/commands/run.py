@@ -95,6 +95,15 @@ def _check_trainable(arts) -> None:
         raise RunError(f"tuner run cannot train model family {s.model.family!r} (it trains {', '.join(sorted(FAMILIES))}); "
                        f"use the artefacts with your own trainer: accelerate launch --config_file "
                        f"{arts.build_dir / 'accelerate.yaml'} SCRIPT", exit_code=EXIT_INVALID)
+    from tuner.runtime.optim import missing_optimizer_package
+
+    problem = missing_optimizer_package(s.training.optimizer) if not s.deepspeed.enabled else None
+    if problem:
+        raise RunError(problem, exit_code=EXIT_INVALID)
+    if s.model.base_precision != "no_change":
+        raise RunError(f"tuner run does not quantise the base model (model.base_precision = {s.model.base_precision!r}); "
+                       "set it to 'no_change', or train with the trainer that does (e.g. SimpleTuner)",
+                       exit_code=EXIT_INVALID)
     if s.context_parallel.standalone and s.context_parallel.size > 1:
         raise RunError("tuner run does not implement standalone context parallelism (without FSDP2); "
                        "run the trainer that does (e.g. SimpleTuner) with these artefacts, or set fsdp.enabled = true, "

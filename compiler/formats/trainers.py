@@ -1,0 +1,260 @@
+"""Training YAMLs of axolotl and LLaMA-Factory: where most people's multi-GPU settings live.
+
+Both launch one process per GPU (the count is the launcher's, not the file's) and hand the
+rest to accelerate and the HF Trainer:
+
+* axolotl (`axolotl train cfg.yaml`): `deepspeed:` is a DeepSpeed JSON's path (or an inline
+  table) given to the Trainer; `fsdp_config` (keys with or without ``fsdp_``) with
+  `fsdp_version` becomes accelerate's ``FSDP_*`` environment, and only the keys that are set
+  and true are written there (axolotl `utils/trainer.py::setup_fsdp_envs`), so what the file
+  leaves unset is `FullyShardedDataParallelPlugin`'s own default (v1: no orig params, no
+  module-state sync, FULL state dict; v2: SHARDED).
+* LLaMA-Factory (`llamafactory-cli train cfg.yaml`): TrainingArguments (read as the HF
+  Trainer's, `hf_trainer.read`) plus its model, method and data keys; FSDP comes from an
+  accelerate config given to `accelerate launch`, not from this file.
+
+Paths inside the file (``deepspeed_configs/zero3.json``, ``examples/deepspeed/ds_z3.json``)
+are relative to the directory the tool is started in, usually the repository root: they are
+looked up next to the file and in its parent directories. Keys tuner has no place for are
+listed as not imported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .base import Imported
+
+AXOLOTL_MARKS = {"base_model", "micro_batch_size", "sequence_len", "datasets", "adapter"}
+LLAMAFACTORY_MARKS = {"model_name_or_path", "finetuning_type", "stage", "template", "cutoff_len", "dataset"}
+
+#: axolotl keys -> tuner's keys (values as written, numbers made numbers).
+AXOLOTL = {
+    "base_model": "model.path", "micro_batch_size": "training.micro_batch_size",
+    "gradient_accumulation_steps": "training.gradient_accumulation_steps", "learning_rate": "training.learning_rate",
+    "weight_decay": "training.weight_decay", "max_grad_norm": "training.max_grad_norm",
+    "warmup_steps": "training.warmup_steps", "warmup_ratio": "training.warmup_ratio", "lr_scheduler": "training.lr_scheduler",
+    "seed": "training.seed", "gradient_checkpointing": "training.gradient_checkpointing",
+    "logging_steps": "training.log_every", "output_dir": "output.dir", "sequence_len": "data.seq_len",
+    "lora_r": "model.lora_rank", "lora_alpha": "model.lora_alpha", "lora_dropout": "model.lora_dropout",
+    "lora_target_modules": "model.lora_target_modules", "save_steps": "checkpoint.every_steps",
+    "save_total_limit": "checkpoint.keep_last", "dataloader_num_workers": "data.num_workers",
+    "num_epochs": "training.num_epochs", "max_steps": "training.max_steps",
+}
+#: LLaMA-Factory's own keys (the TrainingArguments ones go through hf_trainer.read).
+LLAMAFACTORY = {
+    "model_name_or_path": "model.path", "cutoff_len": "data.seq_len", "lora_rank": "model.lora_rank",
+    "lora_alpha": "model.lora_alpha", "lora_dropout": "model.lora_dropout", "dataloader_num_workers": "data.num_workers",
+}
+#: axolotl's parallelism keys: distributed, but with no tuner equivalent (axolotl patches
+#: accelerate for standalone CP, expert parallelism...): listed, not imported.
+AXOLOTL_PARALLEL = {"context_parallel_size", "tensor_parallel_size", "dp_shard_size", "dp_replicate_size",
+                    "expert_parallel_size", "sequence_parallel_degree", "heads_k_stride", "ring_attn_func"}
+
+#: axolotl fsdp_config keys (prefix removed) -> tuner's FSDP keys; axolotl writes each to the
+#: environment only when it is set and true.
+AXOLOTL_FSDP_FLAGS = {"activation_checkpointing": "fsdp.activation_checkpointing", "offload_params": "fsdp.offload_params",
+                      "sync_module_states": "fsdp.sync_module_states",
+                      "cpu_ram_efficient_loading": "fsdp.cpu_ram_efficient_loading",
+                      "use_orig_params": "fsdp.use_orig_params"}
+
+
+def matches_axolotl(data: dict[str, Any]) -> bool:
+    return len(set(data) & AXOLOTL_MARKS) >= 2 and "distributed_type" not in data
+
+
+def matches_llamafactory(data: dict[str, Any]) -> bool:
+    keys = set(data)
+    return (len(keys & LLAMAFACTORY_MARKS) >= 2 and bool(keys & {"finetuning_type", "stage", "template", "cutoff_len"})
+            and "distributed_type" not in data)
+
+
+def _number(value: Any) -> Any:
+    """YAML 1.1 reads ``2e-5`` (no dot) as a string; axolotl and the Trainer read it as a number."""
+    if isinstance(value, str):
+        try:
+            return int(value) if value.strip().lstrip("-").isdigit() else float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _common_end(src: str, out: Imported) -> None:
+    if "hardware.num_processes" not in out.values:
+        out.remarks.append(f"{src}: the launcher starts one process per GPU (the file does not say how many): "
+                           "set hardware.num_processes to your GPU count (compiled for 1 process until then)")
+
+
+def _deepspeed(value: Any, path: Path, src: str, out: Imported) -> None:
+    from . import deepspeed
+    from .accelerate import _find_relative
+
+    if isinstance(value, dict) and value:
+        deepspeed.read(value, path, out, world_known=True)
+        return
+    if not isinstance(value, str) or not value:
+        return
+    found = _find_relative(Path(value), path) or (Path.cwd() / value if (Path.cwd() / value).is_file() else None)
+    if found is None:
+        from .base import ImportRefused
+
+        raise ImportRefused(f"{src}: deepspeed {value} not found next to {path.parent} or above it; pass the JSON "
+                            f"as another source (tuner import {src} ZERO.json) or fix the path")
+    from ..importer import load
+
+    deepspeed.read(load(found), found, out, world_known=True)
+
+
+def _precision(data: dict[str, Any], src: str, out: Imported) -> None:
+    bf16, fp16 = data.get("bf16"), data.get("fp16")
+    if bf16 is True or str(bf16).lower() == "true":
+        out.set("training.mixed_precision", "bf16", src)
+    elif str(bf16).lower() == "auto":
+        out.set("training.mixed_precision", "bf16", src)
+        out.remarks.append(f"{src}: bf16: auto means bf16 on a GPU that has it (axolotl's check); imported as bf16")
+    elif fp16 is True:
+        out.set("training.mixed_precision", "fp16", src)
+
+
+def read_axolotl(data: dict[str, Any], path: Path, out: Imported) -> None:
+    src = path.name
+    out.set("hardware.platform", "cuda", src)
+    out.set("model.family", "causal_lm", src)
+    other: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in AXOLOTL:
+            out.set(AXOLOTL[key], _number(value), src)
+        elif key in ("bf16", "fp16", "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "adapter", "load_in_4bit",
+                     "load_in_8bit", "lora_target_linear", "datasets", "optimizer"):
+            continue  # below
+        elif key in AXOLOTL_PARALLEL:
+            if value not in (None, 1):
+                out.unmodelled[key] = value
+                out.remarks.append(f"{src}: {key} {value} is axolotl's own parallelism (it patches accelerate for it); "
+                                   "tuner has no equivalent, so it is not imported")
+        else:
+            other[key] = value
+    if "max_steps" not in data and "num_epochs" in data:
+        out.set("training.max_steps", 0, src)  # epochs decide, as in axolotl
+    _precision(data, src, out)
+    _optimizer(data.get("optimizer"), src, out, other)
+    adapter = str(data.get("adapter") or "").lower()
+    if adapter in ("lora", "qlora"):
+        out.set("model.type", "lora", src)
+        if data.get("lora_target_linear") is True and "lora_target_modules" not in data:
+            out.remarks.append(f"{src}: lora_target_linear targets every linear layer; tuner's LoRA default "
+                               "targets are used (set model.lora_target_modules to name them)")
+    elif adapter:
+        other["adapter"] = data["adapter"]
+    for key in ("load_in_4bit", "load_in_8bit", "lora_target_linear"):
+        if data.get(key) and not (key == "lora_target_linear" and adapter in ("lora", "qlora")):
+            other[key] = data[key]
+    _datasets(data.get("datasets"), src, out, other)
+    if data.get("deepspeed"):
+        _deepspeed(data["deepspeed"], path, src, out)
+    elif data.get("fsdp") or data.get("fsdp_config"):
+        _axolotl_fsdp(data, src, out)
+    if other:
+        out.not_distributed.setdefault(src, {}).update(other)
+    _common_end(src, out)
+
+
+def _optimizer(name: Any, src: str, out: Imported, other: dict[str, Any]) -> None:
+    """The Trainer's AdamW variants (torch, fused, 8-bit, paged) are AdamW's update rule; any
+    other optimizer is listed, not imported (tuner trains with AdamW, Adam or SGD)."""
+    if not isinstance(name, str) or not name:
+        return
+    low = name.lower()
+    if low.replace("paged_", "").startswith("adamw"):
+        out.set("training.optimizer", "adamw", src)
+        if low != "adamw":
+            out.remarks.append(f"{src}: optimizer {name} imported as adamw (the variant changes memory, not the update rule)")
+    elif low in ("adam", "sgd"):
+        out.set("training.optimizer", low, src)
+    else:
+        other["optimizer"] = name
+
+
+def _datasets(datasets: Any, src: str, out: Imported, other: dict[str, Any]) -> None:
+    """One local data file becomes data.path; hub data sets (tuner reads local data) are listed."""
+    local = [d for d in datasets or [] if isinstance(d, dict) and isinstance(d.get("path"), str)
+             and (d["path"].startswith((".", "/")) or d["path"].endswith((".json", ".jsonl", ".parquet", ".txt")))]
+    if datasets and len(datasets) == 1 and len(local) == 1:
+        out.set("data.path", local[0]["path"], src)
+    elif datasets:
+        other["datasets"] = datasets
+
+
+def _axolotl_fsdp(data: dict[str, Any], src: str, out: Imported) -> None:
+    cfg = {k.removeprefix("fsdp_") if k != "fsdp_version" else k: v for k, v in (data.get("fsdp_config") or {}).items()}
+    version = int(data.get("fsdp_version") or cfg.get("fsdp_version") or cfg.get("version") or 1)
+    out.set("fsdp.enabled", True, src)
+    out.set("fsdp.version", version, src)
+    for key, target in AXOLOTL_FSDP_FLAGS.items():
+        if version == 2 and key in ("sync_module_states", "use_orig_params"):
+            continue  # FSDP2 has none of these
+        out.set(target, bool(cfg.get(key)), src)  # unset or false: not in the environment, the plugin's false
+    if version == 1:
+        out.set("fsdp.sharding_strategy", "full_shard", src)  # axolotl sets no FSDP_SHARDING_STRATEGY
+        out.set("fsdp.forward_prefetch", False, src)
+        out.set("fsdp.backward_prefetch", "NO_PREFETCH", src)
+    out.set("fsdp.reshard_after_forward", bool(cfg.get("reshard_after_forward")) or version == 2, src)
+    out.set("checkpoint.state_dict_type", str(cfg.get("state_dict_type") or ("FULL_STATE_DICT" if version == 1
+                                                                              else "SHARDED_STATE_DICT")), src)
+    policy = str(cfg.get("auto_wrap_policy") or "")
+    if cfg.get("transformer_layer_cls_to_wrap") and policy in ("", "TRANSFORMER_BASED_WRAP"):
+        out.set("fsdp.auto_wrap_policy", "transformer", src)
+        out.set("fsdp.transformer_layer_cls_to_wrap", cfg["transformer_layer_cls_to_wrap"], src)
+    elif policy == "SIZE_BASED_WRAP":
+        out.set("fsdp.auto_wrap_policy", "size", src)
+        if cfg.get("min_num_params"):
+            out.set("fsdp.min_num_params", int(cfg["min_num_params"]), src)
+    elif policy == "TRANSFORMER_BASED_WRAP":
+        out.set("fsdp.auto_wrap_policy", "transformer", src)  # the model's _no_split_modules
+    else:
+        out.set("fsdp.auto_wrap_policy", "none", src)
+    done = {*AXOLOTL_FSDP_FLAGS, "reshard_after_forward", "state_dict_type", "auto_wrap_policy",
+            "transformer_layer_cls_to_wrap", "min_num_params", "fsdp_version", "version"}
+    for key, value in cfg.items():
+        if key not in done:
+            out.unmodelled[f"fsdp_config.{key}"] = value
+    if cfg.get("sharding_strategy") not in (None, "FULL_SHARD", "full_shard"):
+        out.remarks.append(f"{src}: fsdp_config.sharding_strategy {cfg['sharding_strategy']} is not passed on by "
+                           "axolotl (it sets no FSDP_SHARDING_STRATEGY); accelerate's FULL_SHARD is imported")
+
+
+def read_llamafactory(data: dict[str, Any], path: Path, out: Imported) -> None:
+    from . import hf_trainer
+
+    src = path.name
+    out.set("model.family", "causal_lm", src)
+    rest: dict[str, Any] = {}
+    other: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in LLAMAFACTORY:
+            out.set(LLAMAFACTORY[key], _number(value), src)
+        elif key == "finetuning_type":
+            if str(value) in ("lora", "full"):
+                out.set("model.type", str(value), src)
+            else:
+                other[key] = value  # freeze, oft...: no tuner equivalent
+        elif key == "lora_target":
+            targets = [t.strip() for t in str(value).split(",") if t.strip()]
+            if targets != ["all"]:
+                out.set("model.lora_target_modules", targets, src)
+            else:
+                other[key] = value
+        elif key == "deepspeed":
+            continue  # below, found the way LLaMA-Factory finds it (from the repository root)
+        elif key in hf_trainer.SIMPLE or key in ("bf16", "fp16", "max_steps", "num_train_epochs", "save_steps",
+                                                  "save_strategy", "save_total_limit", "output_dir"):
+            rest[key] = _number(value)
+        else:
+            other[key] = value
+    hf_trainer.read(rest, path, out)
+    if data.get("deepspeed"):
+        _deepspeed(data["deepspeed"], path, src, out)
+    if other:
+        out.not_distributed.setdefault(src, {}).update(other)
+    _common_end(src, out)
