@@ -1,5 +1,5 @@
 """Configs the upstream tools accept mean the same after tuner (issue 23), judged by accelerate's
-and DeepSpeed's own code (tests/compiler/interop.py, /work/shared/docs/interop-method.md).
+and DeepSpeed's own code (tests/compiler/interop.py, docs/interop.md).
 
 One test per slip: nested "auto" DeepSpeed drops (item 2), FSDP with no fsdp_config (3),
 minimal DeepSpeed YAMLs (4), a multi-process YAML without num_processes (6), a refusal that is

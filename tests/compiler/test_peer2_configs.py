@@ -1,7 +1,7 @@
 """Round 2 of the peer-config corpus (issue 23): public files from trl, alignment-handbook,
 open-instruct, axolotl and LLaMA-Factory, copied under tests/compiler/data/peer2 (PROVENANCE.md
 there), imported and compiled, then judged with accelerate's and DeepSpeed's own code
-(/work/shared/docs/interop-method.md), as tests/compiler/test_peer_configs.py does for the
+(docs/interop.md), as tests/compiler/test_peer_configs.py does for the
 first corpus:
 
 * accelerate YAMLs: the launch accelerate derives from the source and from the compiled
