@@ -7,10 +7,8 @@ worker thread after the first paint.
 The commands behind the keys (saving, the tool screens, quitting) are in `tui/actions.py`.
 
 Keys: `tui/keys.py` holds the table (the help screen and `tuner wizard --help` show it).
-Every key is handled in the order it was typed by the widget that had focus then (see
-`fields.InOrder`): focus moves (Tab, step changes) are priority bindings that run before
-the next key is forwarded, and set focus at once, never through `Widget.focus`'s deferred
-callback.
+Every key acts on the screen and field the keys before it produced: `keyqueue.KeyQueue`
+hands the App the next key only once the previous one has settled.
 
 A crash never loses edits silently: unsaved text goes to a recovery file beside the
 settings (`WizardApp.recovery_path`), and `tuner wizard` exits with EXIT_INTERNAL.
@@ -23,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from textual import events
 from textual.actions import SkipAction
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -35,6 +34,7 @@ from tuner.compiler.files import write_atomic
 from .actions import WizardActions
 from .facts import display_path
 from .fields import FieldRow
+from .keyqueue import KeyQueue, TypedKey
 from .layout import STEP_IDS, STEPS, canonical_key, step_of
 from .model import WizardState
 from .review import ReviewPane
@@ -55,7 +55,6 @@ class WizardApp(WizardActions, App[int]):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [
         *[Binding(f"f{i + 1}", f"goto('{s.id}')", s.title, show=False, priority=True) for i, s in enumerate(STEPS)],
-        # Focus moves run in the App's queue before the next key is forwarded (see fields.InOrder).
         Binding("tab", "focus_next", "Next field", show=False, priority=True),
         Binding("shift+tab", "focus_previous", "Previous field", show=False, priority=True),
         Binding("ctrl+n", "next", "Next", priority=True),
@@ -88,6 +87,21 @@ class WizardApp(WizardActions, App[int]):
         self.recovery_path: Path | None = None
         self.last_validation_s = 0.0
         self.first_paint_at: float | None = None
+        self.keys = KeyQueue(self)
+
+    async def on_event(self, event: events.Event) -> None:
+        if KeyQueue.wants(event) and not self.keys.releasing(event):
+            self.keys.offer(event)  # after the keys before it have settled (see tui/keyqueue.py)
+            return
+        await super().on_event(event)
+
+    async def on_typed_key(self, message: TypedKey) -> None:
+        try:
+            if self.screen_stack and not self._exit:  # keys typed while quitting go nowhere
+                await self.on_event(message.event)
+        finally:
+            if not message.done.done():
+                message.done.set_result(None)
 
     # -- layout -----------------------------------------------------------------------
 
