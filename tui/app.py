@@ -35,6 +35,7 @@ from .actions import WizardActions
 from .facts import display_path
 from .fields import FieldRow
 from .keyqueue import KeyQueue, TypedKey
+from .leaving import Leaving
 from .layout import STEP_IDS, STEPS, canonical_key, step_of
 from .model import WizardState
 from .review import ReviewPane
@@ -71,7 +72,7 @@ class WizardApp(WizardActions, App[int]):
         Binding("question_mark", "help", "Help", show=False),  # only where no text field takes the "?"
         Binding("ctrl+y", "use_detected", "Use detected", show=False, priority=True),
         Binding("ctrl+q", "quit_wizard", "Quit", priority=True),
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("ctrl+c", "interrupt", "Quit", show=False, priority=True),
     ]
 
     def __init__(self, state: WizardState, services: Services | None = None, detect_hardware: bool = True,
@@ -88,6 +89,8 @@ class WizardApp(WizardActions, App[int]):
         self.last_validation_s = 0.0
         self.first_paint_at: float | None = None
         self.keys = KeyQueue(self)
+        self.leaving = Leaving(self)
+        self._focus_before_small: dict[int, Any] = {}
 
     async def on_event(self, event: events.Event) -> None:
         if KeyQueue.wants(event) and not self.keys.releasing(event):
@@ -125,6 +128,7 @@ class WizardApp(WizardActions, App[int]):
         return StepPane(step_id, self.state)
 
     def on_mount(self) -> None:
+        self.leaving.install()  # SIGTERM / SIGHUP / SIGINT end through Textual: the terminal is restored
         self.steady_cursors(self.screen)
         self._refresh_chrome()
         self._focus_first()  # now, so that keys typed before the first paint land in a field
@@ -133,10 +137,31 @@ class WizardApp(WizardActions, App[int]):
     def on_resize(self, event) -> None:
         small = event.size.width < MIN_WIDTH or event.size.height < MIN_HEIGHT
         for screen in self.screen_stack:
+            if small and screen.focused is not None:
+                self._focus_before_small[id(screen)] = screen.focused  # hiding the form drops focus
             screen.set_class(small, "-too-small")
+        if not small:
+            self.call_after_refresh(self._refocus)
         self.screen_stack[0].query_one("#too-small", Static).update(  # the main screen's, under any modal
             f"Terminal {event.size.width}×{event.size.height} is too small: enlarge it to at least "
             f"{MIN_WIDTH}×{MIN_HEIGHT}. Nothing is lost (ctrl+q quits).")
+
+    def _refocus(self) -> None:
+        """After "too small": the field that had focus has it again (else the step's first),
+        so that typed keys land in a field instead of vanishing."""
+        for screen in self.screen_stack:
+            before = self._focus_before_small.pop(id(screen), None)
+            if screen.focused is not None:
+                continue
+            if before is not None and before.is_attached and before.focusable:
+                screen.set_focus(before, scroll_visible=False)
+            elif screen is self.screen_stack[0]:
+                self._focus_first()
+            elif screen.focus_chain:
+                screen.set_focus(screen.focus_chain[0], scroll_visible=False)
+
+    def action_interrupt(self) -> None:
+        self.leaving.interrupt("ctrl+c")
 
     # -- crashes ----------------------------------------------------------------------
 
