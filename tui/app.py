@@ -91,6 +91,8 @@ class WizardApp(WizardActions, App[int]):
         self.keys = KeyQueue(self)
         self.leaving = Leaving(self)
         self._focus_before_small: dict[int, Any] = {}
+        self.where = ""
+        """What has focus, in the status line (a key, "strategy", "Advanced…"): which field a key edits."""
 
     async def on_event(self, event: events.Event) -> None:
         if KeyQueue.wants(event) and not self.keys.releasing(event):
@@ -130,6 +132,7 @@ class WizardApp(WizardActions, App[int]):
     def on_mount(self) -> None:
         self.leaving.install()  # SIGTERM / SIGHUP / SIGINT end through Textual: the terminal is restored
         self.steady_cursors(self.screen)
+        self.watch(self.screen, "focused", self._show_where)
         self._refresh_chrome()
         self._focus_first()  # now, so that keys typed before the first paint land in a field
         self.call_after_refresh(self._painted)
@@ -212,6 +215,20 @@ class WizardApp(WizardActions, App[int]):
 
     # -- state -> screen --------------------------------------------------------------
 
+    def _show_where(self, widget: Any) -> None:
+        row = next((w for w in (widget.ancestors_with_self if widget is not None else ()) if isinstance(w, FieldRow)), None)
+        if row is not None:
+            self.where = row.key
+        elif widget is not None and widget.id == "in-strategy":
+            self.where = "strategy"
+        elif widget is not None and isinstance(widget.parent, Collapsible):
+            self.where = f"{widget.parent.title} (Enter opens)"
+        elif isinstance(widget, Button):
+            self.where = str(widget.label)
+        else:
+            self.where = ""
+        self._refresh_chrome()
+
     def _refresh_chrome(self) -> None:
         state = self.state
         dirty = " [b]●[/b] unsaved" if state.dirty else ""
@@ -220,7 +237,8 @@ class WizardApp(WizardActions, App[int]):
         errors = len(state.errors)
         warnings = sum(1 for d in state.diagnostics if d.severity == "warning")
         strategy = state.result.plan.strategy if state.result.plan else "?"
-        self.query_one("#status", Static).update(f"{strategy} · {errors} error(s) · {warnings} warning(s)")
+        where = f" · {self.where}" if self.where else ""
+        self.query_one("#status", Static).update(f"{strategy} · {errors} error(s) · {warnings} warning(s){where}")
         self.query_one("#back", Button).disabled = state.step == 0
         self.query_one("#next", Button).disabled = state.step == len(STEPS) - 1
 
