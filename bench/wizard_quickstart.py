@@ -48,6 +48,8 @@ class Pane:
     def __init__(self, socket: str) -> None:
         self.base = ["tmux", "-L", socket]
         self.keys_pressed = 0
+        self.target = "qs"
+        self.runs = 0
 
     def __call__(self, *args: str) -> str:
         return subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=30).stdout
@@ -55,20 +57,20 @@ class Pane:
     def wait_for(self, text: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if text in self("capture-pane", "-p", "-t", "qs"):
+            if text in self("capture-pane", "-p", "-t", self.target):
                 return
             time.sleep(0.05)
-        raise SystemExit(f"{text!r} did not appear:\n" + self("capture-pane", "-p", "-t", "qs"))
+        raise SystemExit(f"{text!r} did not appear:\n" + self("capture-pane", "-p", "-t", self.target))
 
     def press(self, pace: float, *keys: str) -> None:
         for key in keys:
-            self("send-keys", "-t", "qs", key)
+            self("send-keys", "-t", self.target, key)
             self.keys_pressed += 1
             time.sleep(pace)
 
     def type(self, pace: float, text: str) -> None:
         for ch in text:
-            self("send-keys", "-t", "qs", "-l", ch)
+            self("send-keys", "-t", self.target, "-l", ch)
             self.keys_pressed += 1
             time.sleep(pace)
 
@@ -84,15 +86,18 @@ def _launch(pane: Pane, work: Path) -> float:
     tuner = Path(sys.executable).parent / "tuner"
     command = f"env -u COLUMNS -u LINES {tuner} wizard settings.toml; echo WIZARD-EXIT=$?; sleep 30"
     start = time.monotonic()
-    pane("kill-session", "-t", "qs")
-    pane("new-session", "-d", "-s", "qs", "-x", "80", "-y", "24", "-c", str(work), "-e", f"HOME={work}",
+    pane.runs += 1
+    previous, pane.target = pane.target, f"qs{pane.runs}"
+    pane("new-session", "-d", "-s", pane.target, "-x", "80", "-y", "24", "-c", str(work), "-e", f"HOME={work}",
          "-e", "TUNER_PLATFORM=cpu", command)
+    if pane.runs > 1:
+        pane("kill-session", "-t", previous)  # after the new one: the last session would end the server
     pane.wait_for("1. Model")
     return start
 
 
 def _screen(pane: Pane) -> str:
-    return pane("capture-pane", "-p", "-t", "qs")
+    return pane("capture-pane", "-p", "-t", pane.target)
 
 
 def person_quick_start(pace: float, offload: bool) -> int:
@@ -203,10 +208,10 @@ def burst_run(pane: Pane, work: Path, keys: list[str], expected: dict) -> tuple[
     settings.unlink(missing_ok=True)
     _launch(pane, work)
     start = time.monotonic()
-    pane("send-keys", "-t", "qs", *keys)  # ONE call: no pause between keys
+    pane("send-keys", "-t", pane.target, *keys)  # ONE call: no pause between keys
     pane.wait_for("saved settings.toml", timeout=180)
     took = time.monotonic() - start
-    pane("send-keys", "-t", "qs", "C-q")
+    pane("send-keys", "-t", pane.target, "C-q")
     pane.wait_for("WIZARD-EXIT=0")
     got = _values(settings)
     wrong = {k: (got.get(k, "<missing>"), v) for k, v in expected.items() if got.get(k, "<missing>") != v}

@@ -75,18 +75,34 @@ class KeyQueue:
                 await asyncio.shield(task)
 
     async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._pending:
-            event = self._pending.popleft()
-            done: asyncio.Future[None] = loop.create_future()
-            self._in_order.add(id(event))
-            if not self.app.post_message(TypedKey(event, done)):
-                return  # the app is closing
-            try:
-                await done
-            finally:
-                self._in_order.discard(id(event))
-            await self.settle()
+        batching = False
+        try:
+            while self._pending:
+                event = self._pending.popleft()
+                if self._pending and not batching:
+                    # A burst: draw once at its end, not after every key (the keys never need
+                    # the layout; a redraw per key made a 70-key burst several times slower).
+                    self.app._begin_batch()
+                    batching = True
+                if not await self._one(event):
+                    self._pending.clear()  # the app is closing
+        finally:
+            if batching:
+                self.app._end_batch()
+
+    async def _one(self, event: events.Event) -> bool:
+        """Hand `event` to the App and wait until it has settled; False: the App is closing."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._in_order.add(id(event))
+        if not self.app.post_message(TypedKey(event, done)):
+            self._in_order.discard(id(event))
+            return False
+        try:
+            await done
+        finally:
+            self._in_order.discard(id(event))
+        await self.settle()
+        return True
 
     async def settle(self) -> None:
         """Wait until the focused widget, its ancestors, the screen and the App have nothing
