@@ -27,7 +27,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Collapsible, ContentSwitcher, Footer, Input, Static
+from textual.widgets import Button, Collapsible, ContentSwitcher, Input, Static
 
 from tuner.compiler.files import write_atomic
 
@@ -40,7 +40,7 @@ from .layout import STEP_IDS, STEPS, canonical_key, step_of
 from .model import WizardState
 from .review import ReviewPane
 from .services import Services
-from .steps import ActionBar, StepList, StepPane
+from .steps import ActionBar, KeyFooter, StepList, StepPane
 
 #: Below this the layout cannot be drawn sensibly (and narrow widths crash rich's cell
 #: chopping): the screen says so instead of drawing the form.
@@ -122,7 +122,7 @@ class WizardApp(WizardActions, App[int]):
                     yield self._make_pane(STEP_IDS[self.state.step])
                 yield ActionBar(id="actions")
         yield Static("", id="status")
-        yield Footer()
+        yield KeyFooter()
 
     def _make_pane(self, step_id: str):
         if step_id == "review":
