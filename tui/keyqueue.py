@@ -89,6 +89,8 @@ class KeyQueue:
         finally:
             if batching:
                 self.app._end_batch()
+                if not self.app._batch_count and self.app.is_running and self.app.screen_stack:
+                    self.app.screen.refresh(layout=True)  # what the burst changed, drawn now
 
     async def _one(self, event: events.Event) -> bool:
         """Hand `event` to the App and wait until it has settled; False: the App is closing."""

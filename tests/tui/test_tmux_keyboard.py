@@ -30,7 +30,8 @@ import pytest
 
 from tuner.compiler import compile_file
 from tuner.compiler.schema import index
-from tuner.tui.layout import STEP_IDS, STRATEGY_KEYS, key_info, key_step
+from tuner.tui.layout import STEP_IDS, STEPS, STRATEGY_KEYS, key_info, key_step
+from tuner.tui.model import WizardState
 
 from .tmux import Tmux, ensure_tmux, settle_size, start, tuner_command
 
@@ -171,6 +172,28 @@ def test_quick_start_and_a_16_value_edit_sent_as_bursts_land_exactly():
     done = _bench("--bursts", "3")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "quick start burst: 3/3 exact" in done.stdout and "16-value burst: 3/3 exact" in done.stdout, done.stdout
+
+
+def _tabs_to(step_id: str, key: str) -> list[str]:
+    """Tabs from a step's first field to `key` on a new file (the strategy choice is Sharding's first)."""
+    state = WizardState(Path("settings.toml"))
+    step = STEPS[STEP_IDS.index(step_id)]
+    order = (["strategy"] if step_id == "sharding" else []) + [k for k in step.keys if state.visible(k)]
+    return ["Tab"] * order.index(key)
+
+
+def test_the_issues_bursts_act_where_the_keys_before_them_left_focus(tmux, _wizard_env):
+    """F3, Tabs and class names in one burst fill the classes field (they landed on the
+    "Detect blocks" button); a ctrl+u on a dropdown followed by Tabs empties no other field."""
+    _launch(tmux, _wizard_env)
+    tmux.burst("F3", *_tabs_to("sharding", "fsdp.transformer_layer_cls_to_wrap"), *"LlamaDecoderLayer",
+               "F5", "C-u", *_tabs_to("precision", "training.warmup_steps"), "C-s")
+    tmux.wait_for("saved settings.toml")
+    tmux.keys("C-q")
+    tmux.wait_for("WIZARD-EXIT=0")
+    settings = tomllib.loads((_wizard_env / "settings.toml").read_text())
+    assert settings["fsdp"]["transformer_layer_cls_to_wrap"] == ["LlamaDecoderLayer"]
+    assert "warmup_steps" not in settings.get("training", {})
 
 
 def test_a_pasted_path_then_enter_uses_the_path(tmux, _wizard_env):
