@@ -297,7 +297,7 @@ def _numeric_problem(prop: dict[str, Any], value: Any) -> str | None:
         hint = f"; write {int(value)}" if value.is_integer() and abs(value) <= MAX_NUMBER else ""
         return f"must be an integer (got {value}){hint}"
     if abs(value) > MAX_NUMBER:
-        return f"{_describe(value)} is out of range: too large (at most {MAX_NUMBER:,} in magnitude)"
+        return f"{_describe(value)} is too large (out of range: at most {MAX_NUMBER:,} in magnitude)"
     return None
 
 

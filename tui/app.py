@@ -217,14 +217,14 @@ class WizardApp(WizardActions, App[int]):
 
     def _show_where(self, widget: Any) -> None:
         row = next((w for w in (widget.ancestors_with_self if widget is not None else ()) if isinstance(w, FieldRow)), None)
-        if row is not None:
+        if isinstance(widget, Button):
+            self.where = str(widget.label)
+        elif row is not None:
             self.where = row.key
         elif widget is not None and widget.id == "in-strategy":
             self.where = "strategy"
         elif widget is not None and isinstance(widget.parent, Collapsible):
             self.where = f"{widget.parent.title} (Enter opens)"
-        elif isinstance(widget, Button):
-            self.where = str(widget.label)
         else:
             self.where = ""
         self._refresh_chrome()

@@ -27,6 +27,9 @@ from textual.message import Message
 if TYPE_CHECKING:
     from textual.app import App
 
+#: Keys whose effect depends on where widgets are on screen (Textual's focus order).
+FOCUS_KEYS = frozenset({"tab", "shift+tab"})
+
 #: Passes over the pumps to wait at most per key; a key settles in two or three (its
 #: handling and bubbling, the messages it posted, a pass that finds nothing).
 MAX_ROUNDS = 40
@@ -94,6 +97,8 @@ class KeyQueue:
 
     async def _one(self, event: events.Event) -> bool:
         """Hand `event` to the App and wait until it has settled; False: the App is closing."""
+        if isinstance(event, events.Key) and event.key in FOCUS_KEYS:
+            self._lay_out()
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._in_order.add(id(event))
         if not self.app.post_message(TypedKey(event, done)):
@@ -117,6 +122,17 @@ class KeyQueue:
                 await _processed(pump)
             if not busy:
                 return
+
+    def _lay_out(self) -> None:
+        """Lay the screen out now if anything changed since its last layout: Textual orders
+        Tab by position on screen, and a pane just mounted (or a field just shown) has none
+        until the next layout, which a burst, or a key right after the previous one, beats."""
+        try:
+            screen = self.app.screen
+        except Exception:  # noqa: BLE001 - no screen (closing)
+            return
+        if screen.is_current and screen.size.area:
+            screen._refresh_layout()
 
     def _pumps(self) -> list:
         app = self.app

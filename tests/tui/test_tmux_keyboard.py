@@ -269,7 +269,7 @@ def test_the_f7_builder_opens_with_a_field_focused(tmux, _wizard_env):
     tmux.keys("F7")
     tmux.wait_for("DeepSpeed builder")
     tmux.burst("Enter", "Down", "Enter", "C-o")  # ZeRO stage 2 -> 3, apply
-    tmux.wait_for("deepspeed ·")
+    tmux.wait_for("zero3 ·")
     _quit_saved(tmux)
     settings = tomllib.loads((_wizard_env / "settings.toml").read_text())
     assert settings["deepspeed"]["zero_stage"] == 3

@@ -83,12 +83,14 @@ class Tmux:
                 self.burst("Enter")
                 time.sleep(0.3)
             self.burst("Tab")
-            self._changed_from(where)
+            self._changed_from(where)  # never a second Tab before the first one shows
         raise AssertionError(f"Tab never reached {key}; the screen was:\n{self.screen()}")
 
-    def _changed_from(self, where: str, timeout: float = 3) -> None:
+    def _changed_from(self, where: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.where() == where:
+        while self.where() == where:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"Tab did not move the focus from {where!r}:\n{self.screen()}")
             time.sleep(0.05)
 
     def kill(self) -> None:
