@@ -232,8 +232,7 @@ def bursts(n: int) -> int:
                     ok, why, took = burst_run(pane, work, burst, want)
                     exact += ok
                     times.append(took)
-                    if not ok:
-                        print(f"  {name} run {run + 1}: {why}")
+                    print(f"  {name} run {run + 1}: {'exact' if ok else why} ({took:.1f} s)", flush=True)
                 failures += n - exact
                 print(f"{name}: {exact}/{n} exact ({len(burst)} keys in one send-keys call; "
                       f"burst -> saved {min(times):.1f}-{max(times):.1f} s)")

@@ -74,17 +74,20 @@ class Tmux:
     def focus(self, key: str, max_tabs: int = 150) -> None:
         """Tab until `key` has focus, opening each "Advanced" part on the way (Enter)."""
         opened: set[str] = set()
+        seen: list[str] = []
         for _ in range(max_tabs):
             where = self.where()
+            seen.append(where)
             if where == key:
                 return
             if where.startswith("Advanced") and where.endswith("(Enter opens)") and where not in opened:
                 opened.add(where)
                 self.burst("Enter")
-                time.sleep(0.3)
+                self.wait_for("▼ Advanced", timeout=30)  # a person sees it open before the next key
             self.burst("Tab")
             self._changed_from(where)  # never a second Tab before the first one shows
-        raise AssertionError(f"Tab never reached {key}; the screen was:\n{self.screen()}")
+        raise AssertionError(f"Tab never reached {key} (went {' > '.join(seen[:40])}); the screen was:\n"
+                             f"{self.screen()}")
 
     def _changed_from(self, where: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
