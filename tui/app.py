@@ -224,7 +224,7 @@ class WizardApp(WizardActions, App[int]):
         elif widget is not None and widget.id == "in-strategy":
             self.where = "strategy"
         elif widget is not None and isinstance(widget.parent, Collapsible):
-            self.where = f"{widget.parent.title} (Enter opens)"
+            self.where = f"{widget.parent.title} (Enter {'opens' if widget.parent.collapsed else 'closes'})"
         else:
             self.where = ""
         self._refresh_chrome()

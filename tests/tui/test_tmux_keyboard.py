@@ -30,7 +30,7 @@ import pytest
 
 from tuner.compiler import compile_file
 from tuner.compiler.schema import index
-from tuner.tui.layout import STEP_IDS, STEPS, STRATEGY_KEYS, key_info, key_step
+from tuner.tui.layout import STEP_IDS, STEPS, STRATEGY_KEYS, advanced_keys, key_info, key_step
 from tuner.tui.model import WizardState
 
 from .tmux import Tmux, ensure_tmux, settle_size, start, tuner_command
@@ -75,6 +75,17 @@ def _quit_saved(tmux: Tmux) -> None:
     tmux.wait_for("WIZARD-EXIT=0")
 
 
+def _step(tmux: Tmux, fkey: str) -> None:
+    """Go to a step and wait until the screen (the status line too) shows it."""
+    n = int(fkey[1:])
+    tmux.keys(fkey)
+    tmux.wait_for(f"▶ F{n} ")
+    step_keys = set(STEPS[n - 1].keys) | set(advanced_keys(STEP_IDS[n - 1])) | {"strategy"}
+    deadline = time.monotonic() + 30
+    while tmux.where() not in step_keys and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def _pick(tmux: Tmux, key: str, current, target) -> None:
     """Open `key`'s list, move from `current` to `target` with Up/Down, pick it with Enter."""
     options = key_info(key).enum
@@ -112,7 +123,7 @@ def test_every_dropdown_is_set_from_the_keyboard(tmux, _wizard_env):
     values = {k: info.default for k, info in index().keys.items()}
     expected = {}
     for fkey, fields in WALK:
-        tmux.keys(fkey)
+        _step(tmux, fkey)
         for key, target in fields:
             tmux.focus(key)
             if key == "strategy":
@@ -130,7 +141,7 @@ def test_every_dropdown_is_set_from_the_keyboard(tmux, _wizard_env):
         options = key_info(key).enum
         current = values[key]
         target = options[options.index(current) + 1] if options.index(current) + 1 < len(options) else options[-2]
-        tmux.keys(f"F{STEP_IDS.index(key_step(key)) + 1}")
+        _step(tmux, f"F{STEP_IDS.index(key_step(key)) + 1}")
         tmux.focus(key)
         _pick(tmux, key, current, target)
         expected[key] = target

@@ -72,16 +72,14 @@ class Tmux:
         return parts[3].strip() if len(parts) > 3 else ""
 
     def focus(self, key: str, max_tabs: int = 150) -> None:
-        """Tab until `key` has focus, opening each "Advanced" part on the way (Enter)."""
-        opened: set[str] = set()
+        """Tab until `key` has focus, opening each closed "Advanced" part on the way (Enter)."""
         seen: list[str] = []
         for _ in range(max_tabs):
             where = self.where()
             seen.append(where)
             if where == key:
                 return
-            if where.startswith("Advanced") and where.endswith("(Enter opens)") and where not in opened:
-                opened.add(where)
+            if where.startswith("Advanced") and where.endswith("(Enter opens)"):
                 self.burst("Enter")
                 self.wait_for("▼ Advanced", timeout=30)  # a person sees it open before the next key
             self.burst("Tab")
