@@ -54,13 +54,13 @@ def test_tuner_in_tmux_makes_choices_and_saves(_wizard_env):
         tmux.wait_for("saved settings.toml")
         tmux.keys("C-q")
         screen = tmux.wait_for("WIZARD-EXIT=0")
-        assert "tuner wizard" not in screen  # the terminal is back to the shell's screen
+        assert "tuner wizard ·" not in screen  # the terminal is back to the shell's screen
         # Ctrl+C quits at once (nothing unsaved: no draft), exit 130, and restores the terminal too.
         tmux("new-window", "-t", "wiz", "-c", str(_wizard_env), *env, command.replace("WIZARD-EXIT", "AFTER-CTRL-C"))
         tmux.wait_for("1. Model")
         tmux.keys("C-c")
         screen = tmux.wait_for("AFTER-CTRL-C=130")
-        assert "tuner wizard" not in screen
+        assert "tuner wizard ·" not in screen
     finally:
         tmux("kill-server")
     result = compile_file(_wizard_env / "settings.toml")
