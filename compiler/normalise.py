@@ -127,7 +127,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def _describe(value: Any) -> str:
-    text = json.dumps(value, default=str)
+    text = json.dumps(value, default=str, ensure_ascii=False)  # an emoji shows as itself, not \ud83d\ude00
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -297,7 +297,7 @@ def _numeric_problem(prop: dict[str, Any], value: Any) -> str | None:
         hint = f"; write {int(value)}" if value.is_integer() and abs(value) <= MAX_NUMBER else ""
         return f"must be an integer (got {value}){hint}"
     if abs(value) > MAX_NUMBER:
-        return f"{_describe(value)} is out of range (at most {MAX_NUMBER:,} in magnitude)"
+        return f"{_describe(value)} is too large (out of range: at most {MAX_NUMBER:,} in magnitude)"
     return None
 
 

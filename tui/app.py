@@ -7,10 +7,8 @@ worker thread after the first paint.
 The commands behind the keys (saving, the tool screens, quitting) are in `tui/actions.py`.
 
 Keys: `tui/keys.py` holds the table (the help screen and `tuner wizard --help` show it).
-Every key is handled in the order it was typed by the widget that had focus then (see
-`fields.InOrder`): focus moves (Tab, step changes) are priority bindings that run before
-the next key is forwarded, and set focus at once, never through `Widget.focus`'s deferred
-callback.
+Every key acts on the screen and field the keys before it produced: `keyqueue.KeyQueue`
+hands the App the next key only once the previous one has settled.
 
 A crash never loses edits silently: unsaved text goes to a recovery file beside the
 settings (`WizardApp.recovery_path`), and `tuner wizard` exits with EXIT_INTERNAL.
@@ -23,23 +21,26 @@ import time
 from pathlib import Path
 from typing import Any
 
+from textual import events
 from textual.actions import SkipAction
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Collapsible, ContentSwitcher, Footer, Input, Static
+from textual.widgets import Button, Collapsible, ContentSwitcher, Input, Static
 
 from tuner.compiler.files import write_atomic
 
 from .actions import WizardActions
 from .facts import display_path
 from .fields import FieldRow
+from .keyqueue import KeyQueue, TypedKey
+from .leaving import Leaving
 from .layout import STEP_IDS, STEPS, canonical_key, step_of
 from .model import WizardState
 from .review import ReviewPane
 from .services import Services
-from .steps import ActionBar, StepList, StepPane
+from .steps import ActionBar, KeyFooter, StepList, StepPane
 
 #: Below this the layout cannot be drawn sensibly (and narrow widths crash rich's cell
 #: chopping): the screen says so instead of drawing the form.
@@ -55,7 +56,6 @@ class WizardApp(WizardActions, App[int]):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [
         *[Binding(f"f{i + 1}", f"goto('{s.id}')", s.title, show=False, priority=True) for i, s in enumerate(STEPS)],
-        # Focus moves run in the App's queue before the next key is forwarded (see fields.InOrder).
         Binding("tab", "focus_next", "Next field", show=False, priority=True),
         Binding("shift+tab", "focus_previous", "Previous field", show=False, priority=True),
         Binding("ctrl+n", "next", "Next", priority=True),
@@ -72,7 +72,7 @@ class WizardApp(WizardActions, App[int]):
         Binding("question_mark", "help", "Help", show=False),  # only where no text field takes the "?"
         Binding("ctrl+y", "use_detected", "Use detected", show=False, priority=True),
         Binding("ctrl+q", "quit_wizard", "Quit", priority=True),
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("ctrl+c", "interrupt", "Quit", show=False, priority=True),
     ]
 
     def __init__(self, state: WizardState, services: Services | None = None, detect_hardware: bool = True,
@@ -88,6 +88,25 @@ class WizardApp(WizardActions, App[int]):
         self.recovery_path: Path | None = None
         self.last_validation_s = 0.0
         self.first_paint_at: float | None = None
+        self.keys = KeyQueue(self)
+        self.leaving = Leaving(self)
+        self._focus_before_small: dict[int, Any] = {}
+        self.where = ""
+        """What has focus, in the status line (a key, "strategy", "Advanced…"): which field a key edits."""
+
+    async def on_event(self, event: events.Event) -> None:
+        if KeyQueue.wants(event) and not self.keys.releasing(event):
+            self.keys.offer(event)  # after the keys before it have settled (see tui/keyqueue.py)
+            return
+        await super().on_event(event)
+
+    async def on_typed_key(self, message: TypedKey) -> None:
+        try:
+            if self.screen_stack and not self._exit:  # keys typed while quitting go nowhere
+                await self.on_event(message.event)
+        finally:
+            if not message.done.done():
+                message.done.set_result(None)
 
     # -- layout -----------------------------------------------------------------------
 
@@ -103,7 +122,7 @@ class WizardApp(WizardActions, App[int]):
                     yield self._make_pane(STEP_IDS[self.state.step])
                 yield ActionBar(id="actions")
         yield Static("", id="status")
-        yield Footer()
+        yield KeyFooter()
 
     def _make_pane(self, step_id: str):
         if step_id == "review":
@@ -111,7 +130,9 @@ class WizardApp(WizardActions, App[int]):
         return StepPane(step_id, self.state)
 
     def on_mount(self) -> None:
+        self.leaving.install()  # SIGTERM / SIGHUP / SIGINT end through Textual: the terminal is restored
         self.steady_cursors(self.screen)
+        self.watch(self.screen, "focused", self._show_where)
         self._refresh_chrome()
         self._focus_first()  # now, so that keys typed before the first paint land in a field
         self.call_after_refresh(self._painted)
@@ -119,10 +140,31 @@ class WizardApp(WizardActions, App[int]):
     def on_resize(self, event) -> None:
         small = event.size.width < MIN_WIDTH or event.size.height < MIN_HEIGHT
         for screen in self.screen_stack:
+            if small and screen.focused is not None:
+                self._focus_before_small[id(screen)] = screen.focused  # hiding the form drops focus
             screen.set_class(small, "-too-small")
+        if not small:
+            self.call_after_refresh(self._refocus)
         self.screen_stack[0].query_one("#too-small", Static).update(  # the main screen's, under any modal
             f"Terminal {event.size.width}×{event.size.height} is too small: enlarge it to at least "
             f"{MIN_WIDTH}×{MIN_HEIGHT}. Nothing is lost (ctrl+q quits).")
+
+    def _refocus(self) -> None:
+        """After "too small": the field that had focus has it again (else the step's first),
+        so that typed keys land in a field instead of vanishing."""
+        for screen in self.screen_stack:
+            before = self._focus_before_small.pop(id(screen), None)
+            if screen.focused is not None:
+                continue
+            if before is not None and before.is_attached and before.focusable:
+                screen.set_focus(before, scroll_visible=False)
+            elif screen is self.screen_stack[0]:
+                self._focus_first()
+            elif screen.focus_chain:
+                screen.set_focus(screen.focus_chain[0], scroll_visible=False)
+
+    def action_interrupt(self) -> None:
+        self.leaving.interrupt("ctrl+c")
 
     # -- crashes ----------------------------------------------------------------------
 
@@ -173,6 +215,20 @@ class WizardApp(WizardActions, App[int]):
 
     # -- state -> screen --------------------------------------------------------------
 
+    def _show_where(self, widget: Any) -> None:
+        row = next((w for w in (widget.ancestors_with_self if widget is not None else ()) if isinstance(w, FieldRow)), None)
+        if isinstance(widget, Button):
+            self.where = str(widget.label)
+        elif row is not None:
+            self.where = row.key
+        elif widget is not None and widget.id == "in-strategy":
+            self.where = "strategy"
+        elif widget is not None and isinstance(widget.parent, Collapsible):
+            self.where = f"{widget.parent.title} (Enter {'opens' if widget.parent.collapsed else 'closes'})"
+        else:
+            self.where = ""
+        self._refresh_chrome()
+
     def _refresh_chrome(self) -> None:
         state = self.state
         dirty = " [b]●[/b] unsaved" if state.dirty else ""
@@ -181,7 +237,8 @@ class WizardApp(WizardActions, App[int]):
         errors = len(state.errors)
         warnings = sum(1 for d in state.diagnostics if d.severity == "warning")
         strategy = state.result.plan.strategy if state.result.plan else "?"
-        self.query_one("#status", Static).update(f"{strategy} · {errors} error(s) · {warnings} warning(s)")
+        where = f" · {self.where}" if self.where else ""
+        self.query_one("#status", Static).update(f"{strategy} · {errors} error(s) · {warnings} warning(s){where}")
         self.query_one("#back", Button).disabled = state.step == 0
         self.query_one("#next", Button).disabled = state.step == len(STEPS) - 1
 

@@ -69,6 +69,8 @@ class DeepSpeedBuilder(ModalScreen[bool]):
         if self.state.strategy != "deepspeed":
             self.state.set_strategy("deepspeed")
         self.sync(reload_values=True)
+        first = self.query(FieldRow).first().input
+        self.set_focus(first, scroll_visible=False)  # keys typed right after F7 land in the ZeRO stage
 
     def sync(self, reload_values: bool = False) -> None:
         for row in self.query(FieldRow):

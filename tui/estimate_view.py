@@ -60,18 +60,24 @@ def compact_table(est: Any) -> str:
 
 
 def proposal(est: Any) -> dict[str, Any]:
-    """{"name", "label", "per_gpu", "edits", "why"} for the cheapest strategy that fits."""
+    """The quick start's choices: {"options": every strategy that fits, cheapest first, each
+    {"name", "label", "per_gpu", "edits", "why"}; "why": why there is none}. The first option's
+    fields are repeated at the top level (the proposal)."""
     if est is None or est.model is None:
         why = est.source if est is not None else "the settings do not compile yet"
-        return {"name": None, "label": None, "per_gpu": 0, "edits": {}, "why": f"no estimate: {why}"}
+        return {"name": None, "label": None, "per_gpu": 0, "edits": {}, "why": f"no estimate: {why}", "options": []}
+    options = []
     for name in PROPOSALS:
         r = est.row(name)
         if r is None:
             continue
         flags = [f for f in (r.fits_gpu, r.fits_host) if f is not None]
         if flags and all(flags):
-            return {"name": name, "label": r.label, "per_gpu": r.per_gpu or r.device.total,
-                    "edits": dict(PROPOSALS[name]), "why": f"fits: {(r.per_gpu or r.device.total) / GIB:.1f} GiB per GPU"
-                    + (f" of {est.gpu_capacity / GIB:.0f}" if est.gpu_capacity else "")}
-    return {"name": None, "label": None, "per_gpu": 0, "edits": {},
+            per_gpu = r.per_gpu or r.device.total
+            options.append({"name": name, "label": r.label, "per_gpu": per_gpu, "edits": dict(PROPOSALS[name]),
+                            "why": f"fits: {per_gpu / GIB:.1f} GiB per GPU"
+                            + (f" of {est.gpu_capacity / GIB:.0f}" if est.gpu_capacity else "")})
+    if options:
+        return {**options[0], "options": options}
+    return {"name": None, "label": None, "per_gpu": 0, "edits": {}, "options": [],
             "why": "nothing fits the stated GPU memory (more GPUs, LoRA, or NVMe offload in the builder)"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
@@ -19,36 +20,21 @@ from tuner.compiler.diagnostics import Diagnostic
 from .layout import key_info, label, parse_input, render_value
 
 
-class InOrder:
-    """Keys handled in the order they were typed, by the widget that had focus then.
+class FieldInput(Input):
+    """A text field; a paste of several lines keeps the first and says so (a field holds one line)."""
 
-    Textual forwards a key to the focused widget's queue, and a key the widget does not
-    consume (ctrl+u, backspace, space on a switch) bubbles back to the App, which looks up
-    the binding from whatever has focus *by then*. Typed fast, later keys overtake it:
-    `1000` Tab `50` gave `100050`, ctrl+u then digits deleted the digits. Here the widget
-    runs its own bindings in its own queue, in order with the characters around them.
-    """
-
-    async def _on_key(self, event) -> None:
-        for binding in self._bindings.key_to_bindings.get(event.key, ()):  # type: ignore[attr-defined]
-            if not binding.priority:
-                event.stop()
-                event.prevent_default()  # the base class's _on_key must not see it again
-                await self.run_action(binding.action)  # type: ignore[attr-defined]
-                return
-        # Not a binding of this widget: let its class handle the key (characters) as usual.
-
-
-class FieldInput(InOrder, Input):
-    """A text field whose editing keys keep their order under fast typing."""
-
-
-class FieldSwitch(InOrder, Switch):
-    """A switch whose space/enter keep their order under fast typing."""
-
-
-class FieldSelect(InOrder, Select):
-    """A choice whose keys keep their order under fast typing."""
+    def _on_paste(self, event: events.Paste) -> None:
+        event.prevent_default()  # Input's own handler keeps the first line, blank or not, without a word
+        event.stop()
+        lines = [line.strip() for line in event.text.splitlines() if line.strip()]
+        if len(lines) > 1:
+            self.notify(f"Pasted {len(lines)} lines: a field holds one line, so only the first was kept "
+                        f"({lines[0][:40]}).", title="Paste", severity="warning", markup=False)
+        if lines:
+            if self.selection.is_empty:
+                self.insert_text_at_cursor(lines[0])
+            else:
+                self.replace(lines[0], *self.selection)
 
 
 def dom_id(key: str) -> str:
@@ -94,10 +80,10 @@ class FieldRow(Vertical):
         if self.info.enum:  # a Select of exactly the schema's choices
             options = [(render_value(v), v) for v in self.info.enum]
             initial = value if value in self.info.enum else Select.NULL
-            return FieldSelect(options, value=initial, allow_blank=initial is Select.NULL, id=wid, classes="field-input",
+            return Select(options, value=initial, allow_blank=initial is Select.NULL, id=wid, classes="field-input",
                           compact=True)
         if self.info.prop.get("type") == "boolean":
-            return FieldSwitch(value=bool(value), id=wid, classes="field-input")
+            return Switch(value=bool(value), id=wid, classes="field-input")
         placeholder = "comma-separated" if self.info.prop.get("type") == "array" else render_value(self.info.default)
         return FieldInput(render_value(value), placeholder=placeholder, id=wid, classes="field-input", compact=True)
 

@@ -19,10 +19,10 @@ KEYS: tuple[tuple[str, str, str], ...] = (
     ("f8", "F8", "block detection (space select, ctrl+o apply, F5 refresh)"),
     ("f9", "F9", "settings: cache maintenance"),
     ("ctrl+y", "ctrl+y", "use the detected hardware values"),
-    ("f10", "F10", "quick start (model, GPUs, memory, machines -> proposed strategy)"),
+    ("f10", "F10", "quick start (model, GPUs, memory, machines -> the strategies that fit; Up/Down picks one)"),
     ("f12", "? / F12", "this help: every key, and every settings key searchable"),
     ("ctrl+q", "ctrl+q", "quit (asks again when there are unsaved edits)"),
-    ("ctrl+c", "ctrl+c", "quit at once"),
+    ("ctrl+c", "ctrl+c", "quit at once, exit 130; unsaved edits are written to settings.draft.toml"),
 )
 
 

@@ -171,6 +171,8 @@ def parse_input(key: str, text: str) -> Any:
             return json.loads(text) if text else {}
         except ValueError:
             return text  # the compiler says what is wrong with it
+    if "integer" in types and re.fullmatch(r"[+-]?\d{20,4000}", text):
+        return int(text)  # beyond the coercer's 19 digits: a number, so the compiler says "out of range"
     value = coerce(key, text)
     if isinstance(value, float) and re.fullmatch(r"[+-]?\d+", text):
         return int(value)  # a whole number typed as one stays one in the file (4, not 4.0)

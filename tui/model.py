@@ -109,8 +109,12 @@ class WizardState:
     def set(self, key: str, value: Any) -> bool:
         """Set canonical `key`; returns False (and writes nothing) when nothing changes."""
         current = self.values.get(key)
-        if value == current and type(value) is type(current):
-            return False  # widgets echo values back on mount; never write what is already so
+        if value == current and type(value) is type(current) and not any(
+                d.severity == "error" for d in self.diagnostics_for(key)):
+            # Widgets echo values back on mount: never write what is already so. But an invalid
+            # value in the file (a cleared field's "") reads as the default, and typing the
+            # default must replace it.
+            return False
         self.document.set(key, value)
         self.validate()
         return True

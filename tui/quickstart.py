@@ -1,9 +1,11 @@
-"""Quick start (F10): four answers, a proposed strategy, one key to accept it.
+"""Quick start (F10): four answers, the strategies that fit, one key to accept one.
 
 Model (a local directory with config.json, or ``builtin:NAME``), GPUs per machine, GPU
-memory and machines. The proposal is the memory estimator's cheapest strategy that fits
-the stated GPU memory (`estimate_view.proposal`), with its per-GPU figure. Enter (or
-ctrl+o) applies it with bf16 and sharded checkpoints and the wizard lands on Review;
+memory and machines. Below them, every strategy the memory estimator says fits the stated
+GPU memory (`estimate_view.proposal`), cheapest first, each with its per-GPU figure; the
+cheapest is proposed (highlighted), Up / Down pick another. Enter (or ctrl+o) applies the
+highlighted one with bf16 and sharded checkpoints and the wizard lands on Review, always
+for what the fields hold when Enter is read (a pasted path then Enter uses the path);
 Escape goes back with nothing changed.
 """
 
@@ -16,7 +18,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Input, Label, Static
+from textual.widgets import Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
 
 from .fields import FieldInput
 from .model import WizardState
@@ -36,14 +39,19 @@ class QuickStart(ModalScreen[dict[str, Any] | None]):
         Binding("enter", "accept", "Accept", priority=True),
         Binding("ctrl+o", "accept", "Accept", priority=True),
         Binding("escape", "cancel", "Cancel"),
+        # The fields are one-line text: Up / Down are free to pick the strategy.
+        Binding("up", "pick(-1)", "Previous strategy", priority=True),
+        Binding("down", "pick(1)", "Next strategy", priority=True),
     ]
 
     def __init__(self, state: WizardState, propose: Callable[[str, Any], dict[str, Any]]) -> None:
         super().__init__(id="quickstart")
         self.state = state
         self.propose = propose
-        self.current: dict[str, Any] = {"edits": {}, "why": ""}
+        self.current: dict[str, Any] = {"edits": {}, "why": "", "options": []}
         self.base_edits: dict[str, Any] = {}
+        self.picked: str | None = None
+        """The strategy chosen with Up / Down (None: the proposal, the cheapest that fits)."""
 
     def compose(self) -> ComposeResult:
         v = self.state.values
@@ -60,9 +68,11 @@ class QuickStart(ModalScreen[dict[str, Any] | None]):
                     yield Label(text, classes="field-label")
                     yield FieldInput(initial[wid], placeholder=hint, id=wid, classes="field-input", compact=True)
             yield Static("", id="qs-proposal", classes="panel", markup=False)
+            yield OptionList(id="qs-strategies", compact=True)
 
     def on_mount(self) -> None:
         self.app.steady_cursors(self)  # type: ignore[attr-defined]
+        self.query_one("#qs-strategies", OptionList).can_focus = False  # Up / Down drive it from the fields
         self.set_focus(self.query_one("#qs-model", Input), scroll_visible=False)
         self.refresh_proposal()
 
@@ -84,7 +94,8 @@ class QuickStart(ModalScreen[dict[str, Any] | None]):
             memory = 0.0
         box = self.query_one("#qs-proposal", Static)
         if not model or gpus is None or machines is None or memory <= 0:
-            self.current = {"edits": {}, "why": ""}
+            self.current = {"edits": {}, "why": "", "options": []}
+            self._show_options()
             box.update("Fill in all four: model, GPUs per machine (a whole number), GPU memory in GiB, machines.")
             return
         self.base_edits = {
@@ -95,18 +106,56 @@ class QuickStart(ModalScreen[dict[str, Any] | None]):
         trial = WizardState(self.state.path, self.state.document.text())
         trial.apply_proposal(self.base_edits)
         self.current = self.propose(trial.document.text(), self.state.path)
-        if self.current.get("name"):
-            box.update(f"Proposed: {self.current['label']} — {self.current['why']}\n"
-                       f"{gpus * machines} ranks on {machines} machine(s). Enter accepts and opens Review.")
-        else:
+        self._show_options()
+        self._show_choice(gpus * machines, machines)
+
+    def _options(self) -> list[dict[str, Any]]:
+        return self.current.get("options") or ([self.current] if self.current.get("name") else [])
+
+    def _choice(self) -> dict[str, Any] | None:
+        options = self._options()
+        return next((o for o in options if o["name"] == self.picked), options[0] if options else None)
+
+    def _show_options(self) -> None:
+        strategies = self.query_one("#qs-strategies", OptionList)
+        options = self._options()
+        strategies.clear_options()
+        strategies.add_options([Option(f"{o['label'][:26]:<26} {o['per_gpu'] / 1024**3:6.1f} GiB per GPU"
+                                       + ("  (proposed)" if i == 0 else ""), id=o["name"])
+                                for i, o in enumerate(options)])
+        strategies.display = bool(options)
+        choice = self._choice()
+        if choice is not None:
+            strategies.highlighted = options.index(choice)
+
+    def _show_choice(self, ranks: int, machines: int) -> None:
+        box = self.query_one("#qs-proposal", Static)
+        choice = self._choice()
+        if choice is None:
             box.update(f"No proposal: {self.current['why']}")
+            return
+        head = "Proposed" if choice is self._options()[0] else "Chosen"
+        box.update(f"{head}: {choice['label']} — {choice['why']}\n{ranks} ranks on {machines} machine(s). "
+                   f"Up/Down: the {len(self._options())} strategies that fit. Enter accepts and opens Review.")
+
+    def action_pick(self, step: int) -> None:
+        options = self._options()
+        choice = self._choice()
+        if choice is None:
+            return
+        index = min(max(options.index(choice) + step, 0), len(options) - 1)
+        self.picked = options[index]["name"]
+        self.query_one("#qs-strategies", OptionList).highlighted = index
+        self._show_choice(self.base_edits["hardware.num_processes"], self.base_edits["hardware.num_machines"])
 
     def action_accept(self) -> None:
-        if not self.current.get("edits"):
+        self.refresh_proposal()  # for what the fields hold now, whatever messages are still on their way
+        choice = self._choice()
+        if choice is None or not choice.get("edits"):
             self.notify("No proposal to accept yet: " + (self.current.get("why") or "fill in the four fields"),
                         severity="warning")
             return
-        self.dismiss({**self.base_edits, **self.current["edits"]})
+        self.dismiss({**self.base_edits, **choice["edits"]})
 
     def action_cancel(self) -> None:
         self.dismiss(None)

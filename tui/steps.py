@@ -9,7 +9,7 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.widgets import Button, Collapsible, Label, Select, Static
+from textual.widgets import Button, Collapsible, Footer, Label, Select, Static
 
 from .fields import FieldRow, dom_id
 from .facts import describe_hardware
@@ -148,3 +148,22 @@ class ActionBar(Horizontal):
         yield Button("◀ Back (ctrl+p)", id="back", compact=True)
         yield Button("Next (ctrl+n) ▶", id="next", variant="primary", compact=True)
         yield Button("Save (ctrl+s)", id="save", compact=True)
+
+
+class KeyFooter(Footer):
+    """Textual's footer, rebuilt only when the keys it shows change. Textual's rebuilds it on
+    every focus change (every Tab), and rebuilding it was the largest part of handling a key."""
+
+    _shown: tuple = ()
+
+    def bindings_changed(self, screen) -> None:
+        try:
+            shown = tuple((key, b.description, enabled, b.action) for key, (_, b, enabled, _tip)
+                          in screen.active_bindings.items() if b.show)
+        except Exception:  # noqa: BLE001 - a screen going away: let Textual's footer decide
+            shown = ()
+        if shown and shown == self._shown and self.children:
+            self._bindings_ready = True
+            return
+        self._shown = shown
+        super().bindings_changed(screen)

@@ -38,8 +38,8 @@ async def blast(pilot, *keys: str) -> None:
         event = events.Key(key, char)
         event.set_sender(pilot.app)
         driver.send_message(event)
-    for _ in range(20):
-        await pilot.pause(0.05)
+    await pilot.app.keys.drained()
+    await pilot.pause()
 
 
 def step(app) -> str:

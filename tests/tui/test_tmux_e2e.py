@@ -2,14 +2,13 @@
 the screen is read with capture-pane, and the saved file is compiled.
 
 tmux comes from Debian's packages (scripts/test.sh installs it up front as root); where it is
-missing the test skips, naming the command that installs it.
+missing the test skips, naming the command that installs it. The harness is `tests/tui/tmux.py`;
+issue 25's keyboard-only checks are in `test_tmux_keyboard.py`.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,44 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.debian import require_package
 from tuner.compiler import compile_file
 
+from .tmux import Tmux, ensure_tmux as _ensure_tmux, settle_size as _settle_size, start as _start
+
 pytestmark = pytest.mark.tui
-
-
-def _ensure_tmux() -> str:
-    require_package("tmux", lambda: shutil.which("tmux") is not None, "the terminal test drives tmux")
-    return shutil.which("tmux")
-
-
-class Tmux:
-    """One private tmux server (its own socket), so nothing else's sessions are touched."""
-
-    def __init__(self, tmux: str, socket: str) -> None:
-        self.base = [tmux, "-L", socket]
-
-    def __call__(self, *args: str) -> str:
-        return subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=30).stdout
-
-    def screen(self) -> str:
-        return self("capture-pane", "-p", "-t", "wiz")
-
-    def keys(self, *keys: str) -> None:
-        """One key at a time, as typed: a focus change must land before the next key."""
-        for key in keys:
-            self("send-keys", "-t", "wiz", key)
-            time.sleep(0.4)
-
-    def wait_for(self, text: str, timeout: float = 30) -> str:
-        deadline = time.monotonic() + timeout
-        screen = ""
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if text in screen:
-                return screen
-            time.sleep(0.2)
-        raise AssertionError(f"{text!r} did not appear; the screen was:\n{screen}")
 
 
 def test_tuner_in_tmux_makes_choices_and_saves(_wizard_env):
@@ -88,13 +54,13 @@ def test_tuner_in_tmux_makes_choices_and_saves(_wizard_env):
         tmux.wait_for("saved settings.toml")
         tmux.keys("C-q")
         screen = tmux.wait_for("WIZARD-EXIT=0")
-        assert "tuner wizard" not in screen  # the terminal is back to the shell's screen
-        # Ctrl+C quits at once and restores the terminal too.
+        assert "tuner wizard ·" not in screen  # the terminal is back to the shell's screen
+        # Ctrl+C quits at once (nothing unsaved: no draft), exit 130, and restores the terminal too.
         tmux("new-window", "-t", "wiz", "-c", str(_wizard_env), *env, command.replace("WIZARD-EXIT", "AFTER-CTRL-C"))
         tmux.wait_for("1. Model")
         tmux.keys("C-c")
-        screen = tmux.wait_for("AFTER-CTRL-C=0")
-        assert "tuner wizard" not in screen
+        screen = tmux.wait_for("AFTER-CTRL-C=130")
+        assert "tuner wizard ·" not in screen
     finally:
         tmux("kill-server")
     result = compile_file(_wizard_env / "settings.toml")
@@ -115,24 +81,6 @@ ReviewPane.sync = boom
 from tuner.cli import main
 sys.exit(main(["wizard"]))
 """
-
-
-def _start(tmux: Tmux, cwd: Path, command: str) -> None:
-    env = ["-e", "TUNER_PLATFORM=cpu", "-e", f"HOME={os.environ['HOME']}"]
-    # pytest's environment may carry COLUMNS/LINES, which would pin the app's idea of the size.
-    command = f"env -u COLUMNS -u LINES {command}"
-    tmux("new-session", "-d", "-s", "wiz", "-x", "80", "-y", "24", "-c", str(cwd), *env, command)
-    tmux("set-option", "-t", "wiz", "window-size", "manual")  # resize-window sets the size, not a client
-
-
-def _settle_size(tmux: Tmux, w: int, h: int) -> None:
-    """Resize until tmux reports the size (rapid resize-window calls can be coalesced)."""
-    for _ in range(20):
-        tmux("resize-window", "-t", "wiz", "-x", str(w), "-y", str(h))
-        time.sleep(0.3)
-        if tmux("display-message", "-p", "-t", "wiz", "#{window_width}x#{window_height}").strip() == f"{w}x{h}":
-            return
-    raise AssertionError(f"tmux did not resize to {w}x{h}")
 
 
 def test_resizing_repeatedly_down_to_20x6_never_crashes(_wizard_env):

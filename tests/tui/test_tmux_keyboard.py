@@ -1,0 +1,327 @@
+"""Issue 25 in a real terminal: tmux runs `tuner`, keyboard only (send-keys), the screen is
+read with capture-pane and the saved file is read back. One test (or more) per item:
+
+1. every dropdown (each enum key's Select, derived from the declaration) set from the keyboard;
+2. clearing a number and typing its default saves the number;
+3. bursts (one send-keys call, no pause): the 7B ZeRO-3 + CPU offload quick start and a
+   16-value edit across five steps land exactly (3 runs each here; bench/wizard_quickstart.py
+   --bursts 20 runs them 20 times); a pasted path then Enter uses the path;
+4. ctrl+c with unsaved edits writes the draft and exits 130; SIGTERM / SIGHUP restore the
+   terminal (tmux: not in the alternate screen, mouse reporting off); after "too small" a
+   field has focus; the F7 builder opens with a field focused;
+5. the quick start lists the fitting strategies with their per-GPU figures; Down picks one;
+6. a huge integer is "too large", an emoji shows as itself, a multi-line paste says that only
+   its first line was kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tuner.compiler import compile_file
+from tuner.compiler.schema import index
+from tuner.tui.layout import STEP_IDS, STEPS, STRATEGY_KEYS, advanced_keys, key_info, key_step
+from tuner.tui.model import WizardState
+
+from .tmux import Tmux, ensure_tmux, settle_size, start, tuner_command
+
+pytestmark = pytest.mark.tui
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+#: The issue's 19 dropdowns (its list, by key). The walk covers every enum key the
+#: declaration has, these included.
+ISSUE_DROPDOWNS = {
+    "model.family", "model.type", "model.pooling", "hardware.platform", "hardware.rdzv_backend",
+    "deepspeed.zero_stage", "deepspeed.offload_optimizer", "deepspeed.offload_param", "deepspeed.scheduler",
+    "fsdp.sharding_strategy", "fsdp.backward_prefetch", "context_parallel.comm_strategy",
+    "checkpoint.state_dict_type", "training.mixed_precision", "training.optimizer", "training.lr_scheduler",
+    "training.ema_device", "cluster.type", "accelerate.dynamo_backend",
+}
+
+
+def dropdown_keys() -> list[str]:
+    """Every key the wizard shows as a Select: an enum in the declaration (the strategy keys
+    are the Sharding step's strategy choice instead)."""
+    return [k for k, info in index().keys.items() if info.enum and k not in STRATEGY_KEYS]
+
+
+@pytest.fixture
+def tmux(request):
+    pane = Tmux(ensure_tmux(), f"tuner-kb-{os.getpid()}-{request.node.name[:20]}")
+    yield pane
+    pane.kill()
+
+
+def _launch(tmux: Tmux, cwd: Path, args: str = "") -> None:
+    start(tmux, cwd, tuner_command(cwd, args))
+    tmux.wait_for("1. Model")
+
+
+def _quit_saved(tmux: Tmux) -> None:
+    tmux.keys("C-s")
+    tmux.wait_for("saved settings.toml")
+    tmux.keys("C-q")
+    tmux.wait_for("WIZARD-EXIT=0")
+
+
+def _step(tmux: Tmux, fkey: str) -> None:
+    """Go to a step and wait until the screen (the status line too) shows it."""
+    n = int(fkey[1:])
+    tmux.keys(fkey)
+    tmux.wait_for(f"▶ F{n} ")
+    step_keys = set(STEPS[n - 1].keys) | set(advanced_keys(STEP_IDS[n - 1])) | {"strategy"}
+    deadline = time.monotonic() + 30
+    while tmux.where() not in step_keys and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _pick(tmux: Tmux, key: str, current, target) -> None:
+    """Open `key`'s list, move from `current` to `target` with Up/Down, pick it with Enter."""
+    options = key_info(key).enum
+    steps = options.index(target) - options.index(current)
+    tmux.burst("Enter", *(["Down"] * steps if steps > 0 else ["Up"] * -steps), "Enter")
+
+
+# -- 1 --------------------------------------------------------------------------------------
+
+#: The walk: (step key, [(key, target value)]) in an order that makes each field show (an
+#: embedding family shows pooling, two machines the rendezvous backend, FSDP v1 the sharding
+#: strategy, FSDP2 on CUDA context parallelism, EMA on its device, DeepSpeed its keys).
+WALK = [
+    ("F1", [("model.family", "embedding"), ("model.type", "lora"), ("model.pooling", "cls")]),
+    ("F2", [("hardware.platform", "cuda"), ("hardware.num_machines", "2"), ("hardware.rdzv_backend", "c10d"),
+            ("accelerate.dynamo_backend", "eager"), ("cluster.type", "slurm")]),
+    ("F5", [("training.mixed_precision", "bf16"), ("training.optimizer", "sgd"), ("training.lr_scheduler", "cosine"),
+            ("training.ema", True), ("training.ema_device", "accelerator")]),
+    ("F4", [("checkpoint.state_dict_type", "full")]),
+    ("F3", [("strategy", "fsdp1"), ("fsdp.sharding_strategy", "shard_grad_op"), ("fsdp.backward_prefetch", "BACKWARD_POST"),
+            ("strategy", "fsdp2"), ("context_parallel.comm_strategy", "alltoall"),
+            ("strategy", "deepspeed"), ("deepspeed.zero_stage", 3), ("deepspeed.offload_optimizer", "cpu"),
+            ("deepspeed.offload_param", "cpu"), ("deepspeed.scheduler", "WarmupCosineLR")]),
+]
+STRATEGY_ORDER = ["ddp", "fsdp2", "fsdp1", "deepspeed"]
+
+
+def test_every_dropdown_is_set_from_the_keyboard(tmux, _wizard_env):
+    keys = dropdown_keys()
+    assert ISSUE_DROPDOWNS <= set(keys), f"not Select fields any more: {ISSUE_DROPDOWNS - set(keys)}"
+    walked = {k for _, fields in WALK for k, _ in fields}
+    extra = [k for k in keys if k not in walked]  # added to the declaration since: Down once, where shown
+    _launch(tmux, _wizard_env)
+    strategy = "fsdp2"
+    values = {k: info.default for k, info in index().keys.items()}
+    expected = {}
+    for fkey, fields in WALK:
+        _step(tmux, fkey)
+        for key, target in fields:
+            tmux.focus(key)
+            if key == "strategy":
+                steps = STRATEGY_ORDER.index(target) - STRATEGY_ORDER.index(strategy)
+                tmux.burst("Enter", *(["Down"] * steps if steps > 0 else ["Up"] * -steps), "Enter")
+                strategy = target
+            elif key == "training.ema":
+                tmux.burst("space")
+            elif key == "hardware.num_machines":
+                tmux.burst("C-u", target)
+            else:
+                _pick(tmux, key, values[key], target)
+                expected[key] = target
+    for key in extra:
+        options = key_info(key).enum
+        current = values[key]
+        target = options[options.index(current) + 1] if options.index(current) + 1 < len(options) else options[-2]
+        _step(tmux, f"F{STEP_IDS.index(key_step(key)) + 1}")
+        tmux.focus(key)
+        _pick(tmux, key, current, target)
+        expected[key] = target
+    tmux.keys("C-r")  # the draft: every value as picked, whatever the compiler says of the mix
+    tmux.wait_for("saved draft")
+    draft = tomllib.loads((_wizard_env / "settings.draft.toml").read_text())
+    got = {k: draft.get(index().keys[k].section, {}).get(index().keys[k].name, "<not written>") for k in expected}
+    assert got == expected
+    assert ISSUE_DROPDOWNS <= set(expected)
+
+
+# -- 2 --------------------------------------------------------------------------------------
+
+def test_clearing_a_number_and_typing_its_default_saves_the_number(tmux, _wizard_env):
+    _launch(tmux, _wizard_env)
+    tmux.keys("F2")
+    tmux.focus("hardware.num_machines")
+    tmux.keys("C-u")
+    tmux.wait_for('must be an integer (got "")')
+    tmux.keys("1")
+    tmux.keys("F5")
+    tmux.focus("training.micro_batch_size")
+    tmux.keys("C-u", "1")
+    _quit_saved(tmux)
+    text = (_wizard_env / "settings.toml").read_text()
+    assert "num_machines = 1" in text and "micro_batch_size = 1" in text, text
+    assert compile_file(_wizard_env / "settings.toml").ok
+
+
+# -- 3 --------------------------------------------------------------------------------------
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(BENCH / "wizard_quickstart.py"), *args], capture_output=True,
+                          text=True, timeout=900)
+
+
+def test_quick_start_and_a_16_value_edit_sent_as_bursts_land_exactly():
+    """3 runs of each here (bench/wizard_quickstart.py --bursts 20 runs 20 of each)."""
+    done = _bench("--bursts", "3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "quick start burst: 3/3 exact" in done.stdout and "16-value burst: 3/3 exact" in done.stdout, done.stdout
+
+
+def _tabs_to(step_id: str, key: str) -> list[str]:
+    """Tabs from a step's first field to `key` on a new file (the strategy choice is Sharding's first)."""
+    state = WizardState(Path("settings.toml"))
+    step = STEPS[STEP_IDS.index(step_id)]
+    order = (["strategy"] if step_id == "sharding" else []) + [k for k in step.keys if state.visible(k)]
+    return ["Tab"] * order.index(key)
+
+
+def test_the_issues_bursts_act_where_the_keys_before_them_left_focus(tmux, _wizard_env):
+    """F3, Tabs and class names in one burst fill the classes field (they landed on the
+    "Detect blocks" button); a ctrl+u on a dropdown followed by Tabs empties no other field."""
+    _launch(tmux, _wizard_env)
+    tmux.burst("F3", *_tabs_to("sharding", "fsdp.transformer_layer_cls_to_wrap"), *"LlamaDecoderLayer",
+               "F5", "C-u", *_tabs_to("precision", "training.warmup_steps"), "C-s")
+    tmux.wait_for("saved settings.toml")
+    tmux.keys("C-q")
+    tmux.wait_for("WIZARD-EXIT=0")
+    settings = tomllib.loads((_wizard_env / "settings.toml").read_text())
+    assert settings["fsdp"]["transformer_layer_cls_to_wrap"] == ["LlamaDecoderLayer"]
+    assert "warmup_steps" not in settings.get("training", {})
+
+
+def test_a_pasted_path_then_enter_uses_the_path(tmux, _wizard_env):
+    model = _wizard_env / "llama-2-7b"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(runpy.run_path(str(BENCH / "wizard_quickstart.py"))["LLAMA2_7B"]))
+    _launch(tmux, _wizard_env)
+    tmux.burst("F10")
+    tmux.text("llama-2-7b")
+    tmux.burst("Enter")  # what a terminal sends for a pasted line ending in a newline
+    tmux.wait_for("6. Review")
+    _quit_saved(tmux)
+    assert tomllib.loads((_wizard_env / "settings.toml").read_text())["model"]["path"] == "llama-2-7b"
+
+
+# -- 4 --------------------------------------------------------------------------------------
+
+def test_ctrl_c_with_unsaved_edits_writes_the_draft_and_exits_130(tmux, _wizard_env):
+    _launch(tmux, _wizard_env)
+    tmux.keys("F5")
+    tmux.focus("training.max_steps")
+    tmux.keys("7", "7")
+    tmux.wait_for("Max steps               77")
+    tmux.keys("C-c")
+    screen = tmux.wait_for("WIZARD-EXIT=")
+    assert "WIZARD-EXIT=130" in screen and "settings.draft.toml" in screen, screen
+    assert "max_steps = 77" in (_wizard_env / "settings.draft.toml").read_text()
+    assert not (_wizard_env / "settings.toml").exists()
+    assert tmux.display("#{alternate_on}") == "0"
+
+
+def _wizard_pid(tmux: Tmux) -> int:
+    shell = tmux.display("#{pane_pid}")
+    for _ in range(50):
+        out = subprocess.run(["pgrep", "-P", shell], capture_output=True, text=True).stdout.split()
+        if out:
+            return int(out[0])
+        time.sleep(0.1)
+    raise AssertionError("the wizard's process was not found")
+
+
+@pytest.mark.parametrize("signame, status", [("TERM", 143), ("HUP", 129)])
+def test_sigterm_and_sighup_restore_the_terminal(tmux, _wizard_env, signame, status):
+    _launch(tmux, _wizard_env)
+    assert tmux.display("#{alternate_on}") == "1"  # the wizard runs in the alternate screen
+    tmux.keys("F5")
+    tmux.focus("training.max_steps")
+    tmux.keys("5")
+    tmux.wait_for("Max steps               5")
+    os.kill(_wizard_pid(tmux), getattr(signal, f"SIG{signame}"))
+    screen = tmux.wait_for("WIZARD-EXIT=")
+    assert f"WIZARD-EXIT={status}" in screen, screen
+    assert tmux.display("#{alternate_on}") == "0", "still in the alternate screen"
+    assert tmux.display("#{mouse_any_flag}#{mouse_button_flag}#{mouse_sgr_flag}") == "000", "mouse reporting on"
+    assert "max_steps = 5" in (_wizard_env / "settings.draft.toml").read_text()
+
+
+def test_after_too_small_a_field_has_focus(tmux, _wizard_env):
+    _launch(tmux, _wizard_env)
+    tmux.keys("F5")
+    tmux.focus("training.max_steps")
+    settle_size(tmux, 30, 8)
+    tmux.wait_for("too small")
+    settle_size(tmux, 80, 24)
+    tmux.wait_for("5. Precision")
+    tmux.keys("4", "4")
+    _quit_saved(tmux)
+    assert "max_steps = 44" in (_wizard_env / "settings.toml").read_text()
+
+
+def test_the_f7_builder_opens_with_a_field_focused(tmux, _wizard_env):
+    _launch(tmux, _wizard_env)
+    tmux.keys("F7")
+    tmux.wait_for("DeepSpeed builder")
+    tmux.burst("Enter", "Down", "Enter", "C-o")  # ZeRO stage 2 -> 3, apply
+    tmux.wait_for("zero3 ·")
+    _quit_saved(tmux)
+    settings = tomllib.loads((_wizard_env / "settings.toml").read_text())
+    assert settings["deepspeed"]["zero_stage"] == 3
+
+
+# -- 5: the arrows pick a strategy in the quick start (the burst test picks ZeRO-3 + offload) --
+
+def test_quick_start_lists_the_fitting_strategies_and_down_picks_one(tmux, _wizard_env):
+    _launch(tmux, _wizard_env)
+    tmux.keys("F10")
+    tmux.wait_for("Quick start")
+    screen = tmux.wait_for("(proposed)")
+    assert "GiB per GPU" in screen and "Proposed:" in screen
+    tmux.keys("Down")
+    chosen = tmux.wait_for("Chosen:")
+    line = next(line for line in chosen.splitlines() if "Chosen:" in line)
+    tmux.keys("Enter")
+    tmux.wait_for("6. Review")
+    _quit_saved(tmux)
+    label = line.split("Chosen:", 1)[1].split("—")[0].strip()
+    assert label and label not in next(line for line in screen.splitlines() if "Proposed:" in line)
+
+
+# -- 6 --------------------------------------------------------------------------------------
+
+def test_messages_huge_integer_emoji_and_multi_line_paste(tmux, _wizard_env):
+    _launch(tmux, _wizard_env)
+    tmux.keys("F5")
+    tmux.focus("training.max_steps")
+    tmux.text("99999999999999999999999")
+    screen = tmux.wait_for("too large")
+    assert "must be an integer" not in screen
+    tmux.keys("C-u")
+    tmux.text("😀")
+    tmux.wait_for('must be an integer (got "😀")')
+    tmux.keys("C-u", "9")
+    tmux.keys("F1")
+    tmux.focus("output.dir")
+    tmux("set-buffer", "-b", "multi", "first-line\nsecond-line\n")
+    tmux("paste-buffer", "-p", "-b", "multi", "-t", tmux.target)  # bracketed, as a terminal pastes
+    tmux.wait_for("only the first was kept")
+    _quit_saved(tmux)
+    settings = tomllib.loads((_wizard_env / "settings.toml").read_text())
+    assert settings["output"]["dir"] == "first-line" and settings["training"]["max_steps"] == 9
