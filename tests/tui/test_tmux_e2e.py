@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from tuner.compiler import compile_file
 
-from .tmux import Tmux, ensure_tmux as _ensure_tmux, settle_size as _settle_size, start as _start
+from .tmux import Tmux
+from .tmux import ensure_tmux as _ensure_tmux
+from .tmux import settle_size as _settle_size
+from .tmux import start as _start
 
 pytestmark = pytest.mark.tui
 
