@@ -138,7 +138,8 @@ def compile_inputs(inputs: CompileInputs) -> CompileResult:
     files = {emit.ACCELERATE_YAML: emit.render_yaml(cfg)}
     if ds_text:
         files[emit.DEEPSPEED_JSON] = ds_text
-    files.update(cluster.files(s, plan, out_dir))  # launch.sh, slurm.sbatch, Kubernetes manifests
+    # launch.sh, slurm.sbatch, Kubernetes manifests
+    files.update(cluster.files(s, plan, out_dir, "hardware.main_process_port" in n.explicit))
     manifest = emit.manifest(s, plan, inputs.settings_file, src.text, files, diags, inputs.versions)
     files[emit.MANIFEST_JSON] = emit.render_json(manifest)
     result.settings, result.files = s, files
