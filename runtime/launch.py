@@ -139,7 +139,11 @@ def _launch_accelerate(arts: Artefacts, entry: Entry, topo: Topology) -> int:
             signal.signal(s, h)
     if got:
         return interrupted(arts, entry, got[0])
-    return rc if rc >= 0 else 128 - rc
+    if rc < 0:
+        return 128 - rc
+    if rc and not (rc == EXIT_USAGE and entry.module == "tuner.runtime.worker"):
+        return EXIT_RANK_FAILED  # a script's own status (3, 200) is named in the ranks' output, not passed on
+    return rc
 
 
 def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
@@ -248,4 +252,6 @@ def _report_failure(entry: Entry, exc) -> int:
     desc = f"killed by signal {first.signal_name()}" if first.exitcode < 0 else f"exit code {first.exitcode}"
     print(f"{entry.command}: rank {first_rank} failed ({desc}); the run was stopped on every rank "
           f"(exit codes {codes}). See the rank's output above.", file=sys.stderr)
-    return first.exitcode if first.exitcode > 0 else 1
+    # Always 1: a script's own code (3, 200) is named above, not passed on, so that 2, 130 and
+    # 143 keep their documented meaning (README, docs/launch.md).
+    return EXIT_RANK_FAILED
