@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import cluster, deepspeed_config, emit, model_facts
+from . import cluster, deepspeed_config, emit, model_facts, value_checks
 from .diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Diagnostic, Diagnostics
 from .estimate_report import Estimate
 from .files import FileError, parse_yaml
@@ -135,6 +135,10 @@ def compile_inputs(inputs: CompileInputs) -> CompileResult:
     ds_path = _deepspeed_path(out_dir, inputs.project_dir) if ds_text else None
     ours = emit.accelerate_config(s, plan, ds_path)
     cfg = emit.merge_base(base_cfg, ours, plan, diags) if base_cfg else ours
+    if base_cfg:
+        value_checks.check_accelerate_base(cfg, diags)
+        if not diags.ok:
+            return result
     files = {emit.ACCELERATE_YAML: emit.render_yaml(cfg)}
     if ds_text:
         files[emit.DEEPSPEED_JSON] = ds_text

@@ -66,8 +66,9 @@ class Diagnostic:
 
 
 #: Control characters (C0 but newline, DEL, C1) and the bidirectional overrides: a value's
-#: escape sequence must not reach the terminal raw (recolour, retitle or rewrite the screen).
-_RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: escape sequence must not reach the terminal raw (recolour, retitle or rewrite the screen); a lone
+#: surrogate (a file name's undecodable byte) cannot be written to a UTF-8 terminal at all.
+_RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def printable(text: str, keep_newlines: bool = True) -> str:

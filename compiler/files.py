@@ -117,7 +117,29 @@ def parse_json(text: str, where: str) -> Any:
     except RecursionError:
         raise FileError(f"{where}: nested more than {MAX_DEPTH} levels deep", content=True) from None
     check_depth(value, where)
+    if "\\u" in text and (bad := _lone_surrogate(value)) is not None:
+        raise FileError(f"{where}: {bad} holds a lone surrogate escape (\\ud800-\\udfff without its pair): not a "
+                        "character, and no UTF-8 file can hold it", content=True)
     return value
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """Where the first string (or key) holding a lone UTF-16 surrogate is, else None: JSON's
+    ``\\udc80`` escape decodes to one, which cannot be encoded again."""
+    stack: list[tuple[Any, str]] = [(value, "<value>")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, str) and not node.isascii():
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return where
+        elif isinstance(node, dict):
+            stack.extend((k, where) for k in node)
+            stack.extend((v, str(k)) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, where) for v in node)
+    return None
 
 
 def load_json(path: str | os.PathLike, what: str = "JSON file", max_bytes: int = MAX_BYTES) -> Any:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import files, patterns
+from . import files, value_checks
 from .diagnostics import Diagnostics
 from .schema import SchemaIndex, index, load_schema
 from .spellings import FALSE as _FALSE
@@ -312,24 +312,12 @@ def _check_numbers(settings: dict[str, Any], result: Normalised, diags: Diagnost
             result.invalid.add(path)
 
 
-def _check_patterns(settings: dict[str, Any], result: Normalised, diags: Diagnostics) -> None:
-    """Text keys with a pattern (those that reach launch.sh, slurm.sbatch, the manifests) must
-    match it whole: ``re.fullmatch``, as the schema validator's ``re.search`` lets ``$``
-    match before a final newline (`compiler/patterns.py`)."""
-    for path, info in index().keys.items():
-        value, pattern = settings[info.section][info.name], info.setting.pattern
-        if pattern and isinstance(value, str) and not re.fullmatch(pattern, value):
-            what = patterns.WHAT.get(pattern, f"text matching {pattern}")
-            diags.error(result.origin.get(path, path), f"must be {what} (got {_describe(value)})", info.description)
-            settings[info.section][info.name] = copy.deepcopy(info.default)
-            result.invalid.add(path)
-
-
 def _validate(settings: dict[str, Any], result: Normalised, diags: Diagnostics) -> None:
     from jsonschema import Draft202012Validator
 
+    value_checks.check_values(settings, result, diags)
     _check_numbers(settings, result, diags)
-    _check_patterns(settings, result, diags)
+    value_checks.check_patterns(settings, result, diags)
     idx = index()
     validator = Draft202012Validator(load_schema())
     seen: set[str] = set()
