@@ -24,7 +24,7 @@ from typing import Any
 from . import cluster, deepspeed_config, emit, model_facts, value_checks
 from .diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Diagnostic, Diagnostics
 from .estimate_report import Estimate
-from .files import FileError, parse_yaml
+from .files import MAX_BYTES, FileError, parse_yaml
 from .hardware import HardwareFacts
 from .inputs import CompileInputs, gather
 from .normalise import normalise
@@ -146,6 +146,12 @@ def compile_inputs(inputs: CompileInputs) -> CompileResult:
     files.update(cluster.files(s, plan, out_dir, "hardware.main_process_port" in n.explicit))
     manifest = emit.manifest(s, plan, inputs.settings_file, src.text, files, diags, inputs.versions)
     files[emit.MANIFEST_JSON] = emit.render_json(manifest)
+    for name, text in files.items():  # what tuner run reads back (runtime/artefacts.py) has this cap
+        if len(text.encode("utf-8")) > MAX_BYTES:
+            diags.error("", f"{name} would be {len(text.encode('utf-8')):,} bytes, over the {MAX_BYTES:,} bytes "
+                        "tuner run reads", "make the inline deepspeed.config or accelerate settings smaller")
+    if not diags.ok:
+        return result
     result.settings, result.files = s, files
     return result
 
@@ -188,7 +194,8 @@ def _base_keys_ok(loaded: dict[Any, Any], path: Path, diags: Diagnostics) -> boo
     would refuse there (unknown top-level keys, a block that is not a mapping)."""
     unknown = sorted(str(k) for k in loaded if not isinstance(k, str) or k not in emit.ACCELERATE_CONFIG_KEYS)
     if unknown:
-        diags.error("accelerate.base", f"{path} has keys accelerate's config loader refuses: {', '.join(unknown)}",
+        named = ", ".join(unknown[:20]) + (f" and {len(unknown) - 20:,} more" if len(unknown) > 20 else "")
+        diags.error("accelerate.base", f"{path} has keys accelerate's config loader refuses: {named}",
                     "remove them from the base config (or upgrade accelerate if they are new)")
     blocks = sorted(k for k in emit.ACCELERATE_CONFIG_BLOCKS if loaded.get(k) is not None and not isinstance(loaded[k], dict))
     if blocks:

@@ -30,6 +30,10 @@ from typing import Any
 
 #: The largest file tuner reads as configuration (settings, YAML, JSON, config.json).
 MAX_BYTES = 16 * 1024 * 1024
+#: The largest settings file, DeepSpeed / accelerate config or import source (real ones are
+#: kilobytes): what compile reads stays well inside MAX_BYTES once written as artefacts, so
+#: what compile accepts `tuner run` reads, and every input is parsed in a few seconds at most.
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
 #: Deeper nesting than this is refused: real configs nest a handful of levels.
 MAX_DEPTH = 64
 
@@ -151,8 +155,11 @@ def parse_yaml(text: str, where: str) -> Any:
     import yaml
 
     try:
-        value = yaml.safe_load(text)
+        # libyaml's parser where PyYAML has it: the pure-Python one took ~7 s per MB
+        value = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(exc):  # libyaml's own bound (1000 levels)
+            raise FileError(f"{where}: nested more than {MAX_DEPTH} levels deep", content=True) from None
         raise FileError(f"{where}: invalid YAML: {exc}", content=True) from None
     except RecursionError:
         raise FileError(f"{where}: nested more than {MAX_DEPTH} levels deep", content=True) from None

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .diagnostics import Diagnostics
-from .files import FileError, read_text
+from .files import MAX_CONFIG_BYTES, FileError, read_text
 from .hardware import HardwareFacts
 from .source import Source
 
@@ -127,7 +127,7 @@ def resolve(text: str, base_dir: Path | None) -> Path:
 def read_file(text: str, base_dir: Path | None, what: str) -> FileRead:
     path = resolve(text, base_dir)
     try:
-        return FileRead(path, read_text(path, what))
+        return FileRead(path, read_text(path, what, MAX_CONFIG_BYTES))
     except FileError as exc:
         return FileRead(path, error=exc)
 
