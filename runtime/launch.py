@@ -139,8 +139,9 @@ def _launch_accelerate(arts: Artefacts, entry: Entry, topo: Topology) -> int:
             signal.signal(s, h)
     if got:
         return interrupted(arts, entry, got[0])
-    if rc < 0:
-        return 128 - rc
+    if rc < 0:  # accelerate's launcher itself was killed (the OOM killer's SIGKILL): its ranks are gone
+        print(f"{entry.command}: accelerate's launcher was killed by {signal.Signals(-rc).name}", file=sys.stderr)
+        return EXIT_RANK_FAILED
     if rc and not (rc == EXIT_USAGE and entry.module == "tuner.runtime.worker"):
         return EXIT_RANK_FAILED  # a script's own status (3, 200) is named in the ranks' output, not passed on
     return rc
