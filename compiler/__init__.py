@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import cluster, deepspeed_config, emit, model_facts
+from . import cluster, deepspeed_config, emit, model_facts, value_checks
 from .diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Diagnostic, Diagnostics
 from .estimate_report import Estimate
-from .files import FileError, parse_yaml
+from .files import MAX_BYTES, FileError, parse_yaml
 from .hardware import HardwareFacts
 from .inputs import CompileInputs, gather
 from .normalise import normalise
@@ -135,12 +135,23 @@ def compile_inputs(inputs: CompileInputs) -> CompileResult:
     ds_path = _deepspeed_path(out_dir, inputs.project_dir) if ds_text else None
     ours = emit.accelerate_config(s, plan, ds_path)
     cfg = emit.merge_base(base_cfg, ours, plan, diags) if base_cfg else ours
+    if base_cfg:
+        value_checks.check_accelerate_base(cfg, diags)
+        if not diags.ok:
+            return result
     files = {emit.ACCELERATE_YAML: emit.render_yaml(cfg)}
     if ds_text:
         files[emit.DEEPSPEED_JSON] = ds_text
-    files.update(cluster.files(s, plan, out_dir))  # launch.sh, slurm.sbatch, Kubernetes manifests
+    # launch.sh, slurm.sbatch, Kubernetes manifests
+    files.update(cluster.files(s, plan, out_dir, "hardware.main_process_port" in n.explicit))
     manifest = emit.manifest(s, plan, inputs.settings_file, src.text, files, diags, inputs.versions)
     files[emit.MANIFEST_JSON] = emit.render_json(manifest)
+    for name, text in files.items():  # what tuner run reads back (runtime/artefacts.py) has this cap
+        if len(text.encode("utf-8")) > MAX_BYTES:
+            diags.error("", f"{name} would be {len(text.encode('utf-8')):,} bytes, over the {MAX_BYTES:,} bytes "
+                        "tuner run reads", "make the inline deepspeed.config or accelerate settings smaller")
+    if not diags.ok:
+        return result
     result.settings, result.files = s, files
     return result
 
@@ -183,7 +194,8 @@ def _base_keys_ok(loaded: dict[Any, Any], path: Path, diags: Diagnostics) -> boo
     would refuse there (unknown top-level keys, a block that is not a mapping)."""
     unknown = sorted(str(k) for k in loaded if not isinstance(k, str) or k not in emit.ACCELERATE_CONFIG_KEYS)
     if unknown:
-        diags.error("accelerate.base", f"{path} has keys accelerate's config loader refuses: {', '.join(unknown)}",
+        named = ", ".join(unknown[:20]) + (f" and {len(unknown) - 20:,} more" if len(unknown) > 20 else "")
+        diags.error("accelerate.base", f"{path} has keys accelerate's config loader refuses: {named}",
                     "remove them from the base config (or upgrade accelerate if they are new)")
     blocks = sorted(k for k in emit.ACCELERATE_CONFIG_BLOCKS if loaded.get(k) is not None and not isinstance(loaded[k], dict))
     if blocks:

@@ -11,6 +11,8 @@ int; they are never stricter than DeepSpeed, so nothing DeepSpeed accepts is ref
 from __future__ import annotations
 
 import json
+import math
+import re
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -45,16 +47,37 @@ def rules() -> dict[str, Any]:
     return json.loads(text)
 
 
-def _number(value: Any) -> float | None:
+#: An integer as pydantic's lax mode reads one from text ("4", " 01 ", "1_000", "4.0"; not "1e2").
+_INT_TEXT = re.compile(r"\s*[+-]?[0-9]+(_[0-9]+)*(\.0+)?\s*")
+#: The largest integer tuner writes: beyond it JSON readers that use doubles are not exact (the
+#: manifest's batch factors are checked against the same bound by `tuner run`).
+MAX_INT = 2**53 - 1
+
+
+def _number(value: Any, kind: str) -> int | float | None:
+    """`value` as the number DeepSpeed's config model (pydantic, lax mode) holds for an int or
+    float field, or None where it refuses it. NaN and inf are refused (JSON has neither)."""
     if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
+        return int(value) if kind == "int" else float(value)
     if isinstance(value, str):
+        if kind == "int":
+            if not _INT_TEXT.fullmatch(value):
+                return None
+            return int(value.strip().split(".")[0])
+        if not value.isascii():
+            return None
         try:
-            return float(value.strip())
+            value = float(value.strip())
         except ValueError:
             return None
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        if kind == "int":
+            return int(value) if value.is_integer() else None
+        return value
+    if isinstance(value, int):
+        return value
     return None
 
 
@@ -68,9 +91,11 @@ def _type_problem(value: Any, spec: dict[str, Any]) -> str | None:
             isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE)
         return None if ok else f"must be true or false, got {value!r}"
     if kind in ("int", "float"):
-        num = _number(value)
-        if num is None or (kind == "int" and not num.is_integer()) or num != num:
-            return f"must be {'an integer' if kind == 'int' else 'a number'}, got {value!r}"
+        num = _number(value, kind)
+        if num is None:
+            return f"must be {'an integer' if kind == 'int' else 'a finite number'}, got {value!r}"
+        if kind == "int" and abs(num) > MAX_INT:
+            return f"must be at most {MAX_INT:,} (2^53 - 1), got {value!r}"
         for bound, test, word in (("gt", num.__gt__, "greater than"), ("ge", num.__ge__, "at least"),
                                   ("lt", num.__lt__, "less than"), ("le", num.__le__, "at most")):
             if bound in spec and not test(spec[bound]):
@@ -79,10 +104,29 @@ def _type_problem(value: Any, spec: dict[str, Any]) -> str | None:
     if kind == "str":
         return None if isinstance(value, str) else f"must be a string, got {value!r}"
     if kind == "enum":
-        return None if value in spec["values"] else f"must be one of {spec['values']}, got {value!r}"
+        return None if value in spec["values"] and not isinstance(value, bool) else \
+            f"must be one of {spec['values']}, got {value!r}"
     if kind in ("table", "block"):
         return None if isinstance(value, dict) else f"must be a table (JSON object), got {value!r}"
     return None
+
+
+def _canonical(block: dict[str, Any], key: str, spec: dict[str, Any], path: str, diags: Diagnostics) -> None:
+    """Write an accepted number as the number DeepSpeed's model reads ("4.0" -> 4, stage 2.0 -> 2):
+    accelerate and DeepSpeed's own top-level batch code read the JSON value raw, and a string or a
+    float there fails (TypeError) or names a "zero2.0" strategy."""
+    value, kind = block[key], spec["type"]
+    if kind in ("int", "float") and not isinstance(value, bool):
+        fixed: Any = _number(value, kind)
+        if kind == "float" and isinstance(value, int):
+            fixed = value  # an int is a valid float field value as written
+    elif kind == "enum" and isinstance(value, float) and value.is_integer():
+        fixed = int(value)
+    else:
+        return
+    if fixed is not None and (type(fixed) is not type(value) or fixed != value):
+        block[key] = fixed
+        diags.note(path, f"{key} {value!r} written as {fixed!r}, the number DeepSpeed reads it as")
 
 
 def check(config: dict[str, Any], where: str, diags: Diagnostics) -> bool:
@@ -105,7 +149,9 @@ def check(config: dict[str, Any], where: str, diags: Diagnostics) -> bool:
         problem = _type_problem(value, spec)
         if problem:
             diags.error(path, f"{key} {problem}")
-        elif spec["type"] == "table":
+            continue
+        _canonical(config, key, spec, path, diags)
+        if spec["type"] == "table":
             _check_model(value, spec["model"], path, key, diags)
         elif spec["type"] == "block":
             _check_block(value, path, diags)
@@ -162,7 +208,9 @@ def _check_model(block: dict[str, Any], model: str, path: str, dotted: str, diag
         problem = _type_problem(value, spec)
         if problem:
             diags.error(kpath, f"{key} {problem}")
-        elif spec["type"] == "table" and isinstance(value, dict):
+            continue
+        _canonical(block, key, spec, kpath, diags)
+        if spec["type"] == "table" and isinstance(value, dict):
             _check_model(value, spec["model"], kpath, kdotted, diags)
 
 

@@ -8,6 +8,7 @@ harlequin and torchtune collect config errors). Only I/O and usage errors stop e
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Literal
@@ -57,11 +58,23 @@ class Diagnostic:
         return where
 
     def format(self) -> str:
-        key = f" [{self.key}]" if self.key else ""
-        text = f"{self.location()}: {self.severity}{key}: {self.message}"
+        key = f" [{printable(self.key, keep_newlines=False)}]" if self.key else ""
+        text = f"{printable(self.location(), keep_newlines=False)}: {self.severity}{key}: {printable(self.message)}"
         if self.fix:
-            text += f"\n    fix: {self.fix}"
+            text += f"\n    fix: {printable(self.fix)}"
         return text
+
+
+#: Control characters (C0 but newline, DEL, C1) and the bidirectional overrides: a value's
+#: escape sequence must not reach the terminal raw (recolour, retitle or rewrite the screen); a lone
+#: surrogate (a file name's undecodable byte) cannot be written to a UTF-8 terminal at all.
+_RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def printable(text: str, keep_newlines: bool = True) -> str:
+    """`text` for a terminal: control characters from values escaped (``\\x1b``, ``\\n``)."""
+    out = _RAW.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    return out if keep_newlines else out.replace("\n", "\\n")
 
 
 @dataclass

@@ -30,6 +30,10 @@ from typing import Any
 
 #: The largest file tuner reads as configuration (settings, YAML, JSON, config.json).
 MAX_BYTES = 16 * 1024 * 1024
+#: The largest settings file, DeepSpeed / accelerate config or import source (real ones are
+#: kilobytes): what compile reads stays well inside MAX_BYTES once written as artefacts, so
+#: what compile accepts `tuner run` reads, and every input is parsed in a few seconds at most.
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
 #: Deeper nesting than this is refused: real configs nest a handful of levels.
 MAX_DEPTH = 64
 
@@ -117,7 +121,29 @@ def parse_json(text: str, where: str) -> Any:
     except RecursionError:
         raise FileError(f"{where}: nested more than {MAX_DEPTH} levels deep", content=True) from None
     check_depth(value, where)
+    if "\\u" in text and (bad := _lone_surrogate(value)) is not None:
+        raise FileError(f"{where}: {bad} holds a lone surrogate escape (\\ud800-\\udfff without its pair): not a "
+                        "character, and no UTF-8 file can hold it", content=True)
     return value
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """Where the first string (or key) holding a lone UTF-16 surrogate is, else None: JSON's
+    ``\\udc80`` escape decodes to one, which cannot be encoded again."""
+    stack: list[tuple[Any, str]] = [(value, "<value>")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, str) and not node.isascii():
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return where
+        elif isinstance(node, dict):
+            stack.extend((k, where) for k in node)
+            stack.extend((v, str(k)) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, where) for v in node)
+    return None
 
 
 def load_json(path: str | os.PathLike, what: str = "JSON file", max_bytes: int = MAX_BYTES) -> Any:
@@ -129,8 +155,11 @@ def parse_yaml(text: str, where: str) -> Any:
     import yaml
 
     try:
-        value = yaml.safe_load(text)
+        # libyaml's parser where PyYAML has it: the pure-Python one took ~7 s per MB
+        value = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(exc):  # libyaml's own bound (1000 levels)
+            raise FileError(f"{where}: nested more than {MAX_DEPTH} levels deep", content=True) from None
         raise FileError(f"{where}: invalid YAML: {exc}", content=True) from None
     except RecursionError:
         raise FileError(f"{where}: nested more than {MAX_DEPTH} levels deep", content=True) from None

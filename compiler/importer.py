@@ -28,7 +28,7 @@ def load(path: Path) -> Any:
     from . import files
 
     try:
-        text = files.read_text(path, "import source")
+        text = files.read_text(path, "import source", files.MAX_CONFIG_BYTES)
         if path.suffix in (".yaml", ".yml"):
             data = files.parse_yaml(text, str(path))
         elif path.suffix == ".toml":
@@ -45,7 +45,31 @@ def load(path: Path) -> Any:
         raise ImportError_(f"{path} does not parse: {exc.message}" if exc.content else exc.message) from None
     except ValueError as exc:  # tomllib.TOMLDecodeError
         raise ImportError_(f"{path} does not parse: {exc}") from None
+    _check_counts(data, path)
     return _toml_shaped(data, path)
+
+
+#: Import sources are configs of a few hundred values; tomlkit, which writes the settings file,
+#: takes time quadratic in a list's length, so larger ones are refused before any is written.
+MAX_IMPORT_VALUES = 10_000
+MAX_IMPORT_LIST = 1_000
+
+
+def _check_counts(data: Any, path: Path) -> None:
+    count, stack = 0, [data]
+    while stack:
+        node = stack.pop()
+        count += 1
+        if count > MAX_IMPORT_VALUES:
+            raise ImportError_(f"{path} holds more than {MAX_IMPORT_VALUES:,} values, the limit for an import "
+                               "source (real configs hold a few hundred)")
+        if isinstance(node, list):
+            if len(node) > MAX_IMPORT_LIST:
+                raise ImportError_(f"{path} has a list of {len(node):,} items; the limit for an import source "
+                                   f"is {MAX_IMPORT_LIST:,}")
+            stack.extend(node)
+        elif isinstance(node, dict):
+            stack.extend(node.values())
 
 
 def _toml_shaped(value: Any, path: Path, where: str = "") -> Any:

@@ -17,6 +17,7 @@ project directory, never in the compile.
 from __future__ import annotations
 
 import copy
+import errno
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .diagnostics import Diagnostics
-from .files import FileError, read_text
+from .files import MAX_CONFIG_BYTES, FileError, read_text
 from .hardware import HardwareFacts
 from .source import Source
 
@@ -117,8 +118,8 @@ class CompileInputs:
 
 def resolve(text: str, base_dir: Path | None) -> Path:
     """A path from the settings: ``~`` expanded, a relative one joined to the project directory."""
-    path = Path(text).expanduser()
-    if not path.is_absolute() and base_dir is not None:
+    path = Path(os.path.expanduser(text))  # ~nosuchuser stays as written (normalise names the key)
+    if not path.is_absolute() and not text.startswith("~") and base_dir is not None:
         path = base_dir / path
     return path
 
@@ -126,7 +127,7 @@ def resolve(text: str, base_dir: Path | None) -> Path:
 def read_file(text: str, base_dir: Path | None, what: str) -> FileRead:
     path = resolve(text, base_dir)
     try:
-        return FileRead(path, read_text(path, what))
+        return FileRead(path, read_text(path, what, MAX_CONFIG_BYTES))
     except FileError as exc:
         return FileRead(path, error=exc)
 
@@ -184,7 +185,10 @@ def gather(src: Source, overrides: list[str] | tuple[str, ...] = (), out_dir: Pa
 
     project_dir = src.path.parent.resolve() if src.path else Path.cwd()
     out = Path(out_dir) if out_dir else (src.path.parent / "build" if src.path else Path("build"))
-    out = out.resolve()
+    try:
+        out = out.resolve()
+    except RuntimeError:  # Python 3.11's pathlib reports a symlink loop so, not as an OSError
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(out)) from None
     stated = facts is not None
     facts = copy.deepcopy(facts) if stated else (local_facts() if host_facts else None)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import files
+from . import files, value_checks
 from .diagnostics import Diagnostics
 from .schema import SchemaIndex, index, load_schema
 from .spellings import FALSE as _FALSE
@@ -131,6 +131,12 @@ def _describe(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+#: Unknown keys reported one by one, each with a "did you mean" (difflib, ~1 ms each); beyond
+#: this a generated file's thousands of them are counted in one line, so time stays linear
+#: and small in the input's size.
+MAX_UNKNOWN_REPORTED = 50
+
+
 class _Builder:
     def __init__(self, idx: SchemaIndex, diags: Diagnostics, base_dir: Path | None):
         self.idx = idx
@@ -138,6 +144,14 @@ class _Builder:
         self.base_dir = base_dir
         self.values: dict[str, Any] = {}
         self.origin: dict[str, str] = {}
+        self.unknown_count = 0
+        self.unreported: list[str] = []
+
+    def report_unreported(self) -> None:
+        if self.unreported:
+            first = ", ".join(repr(p) for p in self.unreported[:5])
+            self.diags.error("", f"{len(self.unreported):,} more unknown keys ({first}, ...)",
+                             "remove them; `tuner schema` lists every key")
 
     def put(self, canonical: str, written: str, value: Any, source: str) -> None:
         if canonical in self.values and source == "file":
@@ -175,6 +189,10 @@ class _Builder:
                 self.unknown(key, key)
 
     def unknown(self, path: str, word: str, section: str | None = None) -> None:
+        self.unknown_count += 1
+        if self.unknown_count > MAX_UNKNOWN_REPORTED:  # a generated file: count the rest, suggest nothing
+            self.unreported.append(path)
+            return
         hints = self.idx.suggest(word, section) or self.idx.suggest(word)
         fix = f"did you mean {' or '.join(hints)}?" if hints else "remove it; `tuner schema` lists every key"
         where = f"in [{section}]" if section else "at top level"
@@ -239,6 +257,7 @@ def normalise(
     builder.take_file(data)
     for text in overrides:
         builder.take_override(text)
+    builder.report_unreported()
 
     settings = idx.defaults()
     result = Normalised(settings, set(builder.values), dict(builder.origin))
@@ -315,7 +334,9 @@ def _check_numbers(settings: dict[str, Any], result: Normalised, diags: Diagnost
 def _validate(settings: dict[str, Any], result: Normalised, diags: Diagnostics) -> None:
     from jsonschema import Draft202012Validator
 
+    value_checks.check_values(settings, result, diags)
     _check_numbers(settings, result, diags)
+    value_checks.check_patterns(settings, result, diags)
     idx = index()
     validator = Draft202012Validator(load_schema())
     seen: set[str] = set()

@@ -96,7 +96,7 @@ class SourceError(Exception):
 
 
 #: Settings files larger than this are refused (real ones are a few kilobytes).
-MAX_SETTINGS_BYTES = 4 * 1024 * 1024
+MAX_SETTINGS_BYTES = files.MAX_CONFIG_BYTES
 
 
 def read_settings(path: Path) -> Source:

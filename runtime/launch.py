@@ -36,7 +36,7 @@ from pathlib import Path
 from tuner.compiler.diagnostics import EXIT_OK, EXIT_RANK_FAILED, EXIT_USAGE
 
 from .artefacts import Artefacts
-from .launch_env import Topology, accelerate_env, config_flags, free_port
+from .launch_env import Topology, accelerate_env, config_flags, free_port, port_taken, port_taken_message
 
 _free_port = free_port  # the name bench/runtime_overhead.py imports
 __all__ = ["Entry", "Topology", "accelerate_env", "launch", "script_entry", "worker_entry"]
@@ -103,6 +103,9 @@ def launch(arts: Artefacts, entry: Entry, topo: Topology | None = None) -> int:
     # with their own extras): one message naming the extra, before any rank starts.
     check_installed(arts, trains=entry.module == "tuner.runtime.worker")
     topo = topo or Topology.resolve(arts)
+    if topo.num_machines > 1 and topo.machine_rank == 0 and port_taken(topo.main_port):
+        print(port_taken_message(entry.command, topo.main_port), file=sys.stderr)
+        return EXIT_RANK_FAILED
     # tuner's own trainer runs in the project directory (where the settings file is): the
     # settings' relative paths (output, NVMe swap) resolve against it, from any working
     # directory. A person's script keeps the caller's working directory, as with `accelerate
@@ -136,7 +139,12 @@ def _launch_accelerate(arts: Artefacts, entry: Entry, topo: Topology) -> int:
             signal.signal(s, h)
     if got:
         return interrupted(arts, entry, got[0])
-    return rc if rc >= 0 else 128 - rc
+    if rc < 0:  # accelerate's launcher itself was killed (the OOM killer's SIGKILL): its ranks are gone
+        print(f"{entry.command}: accelerate's launcher was killed by {signal.Signals(-rc).name}", file=sys.stderr)
+        return EXIT_RANK_FAILED
+    if rc and not (rc == EXIT_USAGE and entry.module == "tuner.runtime.worker"):
+        return EXIT_RANK_FAILED  # a script's own status (3, 200) is named in the ranks' output, not passed on
+    return rc
 
 
 def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
@@ -174,12 +182,24 @@ def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
     except Exception as exc:  # rendezvous errors: another machine never came, or left
         from torch.distributed.elastic.rendezvous.api import RendezvousError
 
+        if isinstance(exc, RendezvousError) and "EADDRINUSE" in _causes(exc):  # taken since the check
+            print(port_taken_message(entry.command, topo.main_port), file=sys.stderr)
+            return EXIT_RANK_FAILED
         if isinstance(exc, RendezvousError):
             print(f"{entry.command}: rendezvous at {endpoint} failed ({type(exc).__name__}: {exc}); "
                   f"every machine must run with the same build and reach machine 0 there", file=sys.stderr)
             return EXIT_RANK_FAILED
         raise
     return EXIT_OK
+
+
+def _causes(exc: BaseException | None) -> str:
+    """The messages of an exception and its causes, one string."""
+    text = ""
+    while exc is not None and len(text) < 10_000:
+        text += f" {exc}"
+        exc = exc.__cause__ or exc.__context__
+    return text
 
 
 def launch_config(topo: Topology, nproc: int, endpoint: str, run_id: str):
@@ -233,4 +253,6 @@ def _report_failure(entry: Entry, exc) -> int:
     desc = f"killed by signal {first.signal_name()}" if first.exitcode < 0 else f"exit code {first.exitcode}"
     print(f"{entry.command}: rank {first_rank} failed ({desc}); the run was stopped on every rank "
           f"(exit codes {codes}). See the rank's output above.", file=sys.stderr)
-    return first.exitcode if first.exitcode > 0 else 1
+    # Always 1: a script's own code (3, 200) is named above, not passed on, so that 2, 130 and
+    # 143 keep their documented meaning (README, docs/launch.md).
+    return EXIT_RANK_FAILED

@@ -177,3 +177,22 @@ def trainer_save_note(arts: Artefacts, target: list[str]) -> str | None:
             "the HF Trainer's save_model() writes no model, silently. Before trainer.save_model(), add: "
             f"{TRAINER_SAVE_FIX}  (or compile with checkpoint.state_dict_type = \"full\", which makes every "
             "checkpoint gather the full model)")
+
+
+def port_taken(port: int) -> bool:
+    """Whether something on this machine already listens on TCP `port` (any address), so that
+    machine 0 cannot host the rendezvous there."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a TIME_WAIT leftover is no obstacle
+        try:
+            s.bind(("", port))
+        except OSError:
+            return True
+    return False
+
+
+def port_taken_message(command: str, port: int) -> str:
+    return (f"{command}: the rendezvous port {port} on this machine (machine 0) is taken: another job or "
+            f"program listens there. Choose a free one: hardware.main_process_port, --main-port PORT or "
+            f"$TUNER_MAIN_PORT (every machine must use the same port)")
+

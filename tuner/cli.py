@@ -220,6 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and not argv[0].startswith("-") else "wizard"
+    if sys.stderr is None:  # started with 2>&-: messages go nowhere, but the command still ends well
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+    if sys.stdout is None:  # started with >&-: nothing can be written where the caller looks
+        print(f"tuner {command}: error: standard output is closed; redirect it (>/dev/null to discard it)",
+              file=sys.stderr)
+        return EXIT_USAGE
     try:
         code = _main(argv)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
@@ -248,6 +254,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tuner {command}: internal error (a bug in tuner): input nested too deeply; "
               f"traceback saved to {path}", file=sys.stderr)
         return EXIT_INTERNAL
+    except RuntimeError as exc:
+        if not str(exc).startswith("Symlink loop from"):  # Python 3.11's pathlib for ELOOP
+            return _internal_error(command, exc)
+        print(f"tuner {command}: error: {exc} (a symbolic link that points back at itself); "
+              f"remove or fix the link", file=sys.stderr)
+        return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - the last line of defence, by design
         return _internal_error(command, exc)
 

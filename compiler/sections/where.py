@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .. import spellings
+from .. import patterns, spellings
 from ..declare import setting
 
 
@@ -32,7 +32,8 @@ class HardwareSettings:
         0, aliases=("machine_rank",), minimum=0, accelerate=("machine_rank",), step="hardware", order=3,
         help="This machine's index, 0 .. num_machines-1.")
     main_process_ip: str = setting(
-        "", aliases=("main_process_ip",), accelerate=("main_process_ip",), step="hardware", order=4,
+        "", aliases=("main_process_ip",), accelerate=("main_process_ip",), pattern=patterns.HOST, step="hardware",
+        order=4,
         help="Address of machine 0 (required with more than one machine).")
     main_process_port: int = setting(
         29500, aliases=("main_process_port",), minimum=1, maximum=65535, accelerate=("main_process_port",),
@@ -90,26 +91,26 @@ class ClusterSettings:
         help="none: launch.sh only (one command per machine); slurm: also slurm.sbatch (one launcher per "
              "node through srun); kubernetes: also a Kubeflow Trainer v2 TrainJob and a v1 PyTorchJob.")
     job_name: str = setting(
-        "tuner", aliases=("job_name",), pattern="^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$", step="hardware",
+        "tuner", aliases=("job_name",), pattern=patterns.JOB_NAME, step="hardware",
         help="Name of the Slurm job or Kubernetes resource (lower-case letters, digits, '-').")
     script: list[str] = setting(
         [], aliases=("launch_script",), step="hardware",
         help="What each machine runs: empty for tuner's own trainer (tuner run); else your script and its "
              "arguments (tuner launch BUILD_DIR SCRIPT ARGS...), or [\"-m\", \"MODULE\", ...].")
     partition: str = setting(
-        "", aliases=("slurm_partition",), step="hardware",
+        "", aliases=("slurm_partition",), pattern=patterns.SLURM_NAME, step="hardware",
         help="Slurm partition (#SBATCH --partition); empty: the cluster's default.")
     time: str = setting(
-        "", aliases=("slurm_time",), pattern="^$|^[0-9:-]+$", step="hardware",
+        "", aliases=("slurm_time",), pattern=patterns.SLURM_TIME, step="hardware",
         help="Slurm time limit (#SBATCH --time), e.g. 02:00:00 or 1-00:00:00; empty: the partition's "
              "default.")
     account: str = setting(
-        "", aliases=("slurm_account",), step="hardware",
+        "", aliases=("slurm_account",), pattern=patterns.SLURM_NAME, step="hardware",
         help="Slurm account to charge (#SBATCH --account); empty: your default.")
     image: str = setting(
-        "", aliases=("kubernetes_image",), step="hardware",
+        "", aliases=("kubernetes_image",), pattern=patterns.IMAGE, step="hardware",
         help="Container image for Kubernetes, with tuner, torch and the build directory inside (or mounted"
              " at the same path).")
     namespace: str = setting(
-        "default", aliases=("kubernetes_namespace",), step="hardware",
+        "default", aliases=("kubernetes_namespace",), pattern=patterns.DNS_LABEL, step="hardware",
         help="Kubernetes namespace of the TrainJob / PyTorchJob.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 
 import tomlkit
@@ -12,6 +13,8 @@ from tuner.compiler import compile_text
 from tuner.compiler.schema import index
 
 IDX = index()
+#: A campaign runs more: TUNER_FUZZ_SCALE=5 multiplies every count (docs/reliability.md).
+SCALE = float(os.environ.get("TUNER_FUZZ_SCALE", "1"))
 KEY_NAMES = sorted(IDX.aliases) + sorted(IDX.keys) + ["bogus", "fsdp_verison", "zero_stage "]
 
 scalars = st.one_of(
@@ -32,7 +35,7 @@ def _drop_none(v):
     return v
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(300 * SCALE), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(KEY_NAMES + list(IDX.sections)), values, max_size=8))
 def test_generated_settings_never_raise(data):
     try:
@@ -44,7 +47,7 @@ def test_generated_settings_never_raise(data):
     assert result.ok or result.diagnostics.errors  # a verdict either way, never an exception
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=int(200 * SCALE), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(KEY_NAMES), st.text(max_size=10)), max_size=5))
 @example([("accelerate_config", "\x00")])  # found by hypothesis: a NUL byte in a path
 @example([("deepspeed_config", "a\x00b"), ("offload_param_path", "\x00")])
@@ -53,7 +56,7 @@ def test_generated_overrides_never_raise(pairs):
     assert result.ok or result.diagnostics.errors
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=int(200 * SCALE), deadline=None)
 @given(st.text(max_size=200))
 def test_arbitrary_text_never_raises(text):
     result = compile_text(text)

@@ -77,3 +77,56 @@ def test_sbatch_runs_a_world_of_four_on_two_nodes(tmp_path, slurm):
     steps = [json.loads(x).get("step") for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert max(s for s in steps if s is not None) == 4
     assert "Traceback" not in text
+
+
+MEET = """\
+import os, sys, time
+from pathlib import Path
+import torch
+from accelerate import Accelerator
+acc = Accelerator()
+t = acc.reduce(torch.ones(1), reduction="sum")
+out = Path(sys.argv[1])
+job = os.environ["SLURM_JOB_ID"]
+if acc.is_main_process:
+    (out / f"started-{job}").write_text(os.environ.get("TUNER_MAIN_PORT", ""))
+    deadline = time.time() + 240  # both jobs are up at once: each waits for the other
+    while len(list(out.glob("started-*"))) < 2 and time.time() < deadline:
+        time.sleep(0.5)
+acc.wait_for_everyone()
+(out / f"done-{job}-{acc.process_index}-{int(t.item())}").write_text("")
+"""
+
+
+def test_two_jobs_of_one_build_at_once_both_finish(tmp_path, slurm):
+    """issue 23 item 11: the settings name no port, so each job derives its own from
+    $SLURM_JOB_ID; the two jobs run at once (each waits for the other) on the same two nodes,
+    and both finish. A fixed port made the second job's rendezvous fail."""
+    settings = write_settings(tmp_path, {
+        "hardware": {"platform": "cpu", "num_processes": 2, "num_machines": 2},
+        "cluster": {"type": "slurm", "job_name": "tuner-twice", "time": "00:10:00"},
+    })
+    c = subprocess.run([sys.executable, "-m", "tuner", "compile", str(settings), "-q"], capture_output=True,
+                       text=True, env=env(), timeout=120)
+    assert c.returncode == 0, c.stderr
+    script = tmp_path / "meet.py"
+    script.write_text(MEET)
+    out = tmp_path / "out"
+    out.mkdir()
+    job_env = env({**slurm, "TUNER_PYTHON": sys.executable})
+    jobs = [subprocess.Popen(["sbatch", "--wait", f"--output={tmp_path}/job{i}.out", str(tmp_path / "build" /
+                                                                                          "slurm.sbatch"),
+                              str(script), str(out)], cwd=tmp_path, env=job_env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    try:
+        results = [(j.wait(timeout=500), j.stdout.read()) for j in jobs]
+    finally:
+        for j in jobs:
+            if j.poll() is None:
+                subprocess.run(["scancel", "--name=tuner-twice"], env=job_env, timeout=30)
+                j.kill()
+    logs = "".join((tmp_path / f"job{i}.out").read_text() for i in range(2) if (tmp_path / f"job{i}.out").exists())
+    assert all(rc == 0 for rc, _ in results), str(results) + logs[-5000:]
+    ports = {p.read_text() for p in out.glob("started-*")}
+    assert len(ports) == 2, ports  # one port per job
+    assert len(list(out.glob("done-*-2"))) == 4, sorted(p.name for p in out.iterdir())  # 2 jobs x 2 ranks

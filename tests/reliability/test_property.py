@@ -53,6 +53,8 @@ SETTINGS_KEYS = ["fsdp_version", "zero_stage", "num_processes", "micro_batch_siz
 EXAMPLE_TEXTS = {p.name: p.read_text(encoding="utf-8") for p in sorted(EXAMPLES.glob("*.toml"))}
 #: Generated cases per generator; the issue asks for at least 2,000 per suite run.
 CASES = {"examples": 800, "deepspeed": 500, "base": 300, "model": 300, "commands": 400}
+#: A campaign runs more: TUNER_FUZZ_SCALE=5 multiplies every count (docs/reliability.md).
+CASES = {k: int(v * float(os.environ.get("TUNER_FUZZ_SCALE", "1"))) for k, v in CASES.items()}
 
 
 def cases(name: str) -> settings:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tuner.compiler import compile_text
 from tuner.compiler.diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, render_text
-from tuner.compiler.files import describe_os_error, write_atomic
+from tuner.compiler.files import MAX_CONFIG_BYTES, describe_os_error, write_atomic
 from tuner.compiler.importer import ImportError_, import_files, to_toml
 
 
@@ -34,6 +34,11 @@ def run(args) -> int:
     except (TypeError, ValueError) as exc:  # a YAML value TOML cannot hold (binary, a set)
         print(f"error: the imported values cannot be written as TOML ({exc})", file=sys.stderr)
         return EXIT_USAGE
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_CONFIG_BYTES:  # compile would refuse the file: write nothing
+        print(f"error: the imported settings would be {size:,} bytes, over the settings file limit of "
+              f"{MAX_CONFIG_BYTES:,} bytes that tuner compile reads; nothing was written", file=sys.stderr)
+        return EXIT_INVALID
     result = compile_text(text, path=out.resolve())
     try:
         write_atomic(out, text)

@@ -46,6 +46,37 @@ def split_target(args) -> list[str] | str:
     return rest
 
 
+def module_problem(name: str) -> str | None:
+    """Why ``-m NAME`` cannot run (as ``python -m`` finds it from the working directory), or
+    None when it can or cannot be told; found by the import system's finders without importing
+    it (a package's ``__init__`` is not run here)."""
+    import os
+
+    parts = name.split(".")
+    if not all(part.isidentifier() for part in parts):
+        return f"-m {name!r}: not a module name"
+    saved = sys.path[:]
+    sys.path[:1] = [os.getcwd()]  # the ranks run `python -m` here: the working directory comes first
+    try:
+        path = None
+        for i in range(len(parts)):
+            full = ".".join(parts[: i + 1])
+            try:
+                spec = next((found for finder in sys.meta_path if hasattr(finder, "find_spec")
+                             for found in [finder.find_spec(full, path)] if found is not None), None)
+            except Exception:  # noqa: BLE001 - a finder that needs the parent imported: cannot tell
+                return None
+            if spec is None:
+                where = "the working directory and the installed packages" if i == 0 else ".".join(parts[:i])
+                return f"no module named {full!r} (looked in {where}); -m takes a module's import name"
+            path = spec.submodule_search_locations
+            if path is None and i < len(parts) - 1:
+                return None  # a module's attribute (os.path): let Python decide
+    finally:
+        sys.path[:] = saved
+    return None
+
+
 def run(args) -> int:
     target = split_target(args)
     if isinstance(target, str):
@@ -55,6 +86,9 @@ def run(args) -> int:
 
     if target[0] != "-m" and not Path(target[0]).is_file():
         print(f"tuner launch: script not found: {target[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    if target[0] == "-m" and (problem := module_problem(target[1])):
+        print(f"tuner launch: {problem}", file=sys.stderr)
         return EXIT_USAGE
 
     if getattr(args, "check", False):

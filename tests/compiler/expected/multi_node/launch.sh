@@ -12,7 +12,8 @@ if [ "$#" -lt 1 ]; then
 fi
 machine_rank="$1"
 shift
-build_dir="${TUNER_BUILD_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"
+build_dir="${TUNER_BUILD_DIR:-}"
+if [ -z "$build_dir" ]; then build_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"; fi
 python="${TUNER_PYTHON:-python3}"
 # Network: name the interface the machines share if the default route is not it.
 # export NCCL_SOCKET_IFNAME=eth0
