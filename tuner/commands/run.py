@@ -67,6 +67,7 @@ def run(args) -> int:
         # process (kill -9 included).
         with acquire_run_lock(arts.output_dir, topo.machine_rank if topo.num_machines > 1 else None):
             _check_resume(arts, args.resume)
+            _check_data(arts)
             _clear_stale_offload(arts)
             entry = worker_entry(arts, args.resume or "", args.max_steps, getattr(args, "callback", None) or [])
             return launch(arts, entry, topo)
@@ -90,6 +91,15 @@ def _check_trainable(arts) -> None:
         raise RunError("tuner run does not implement standalone context parallelism (without FSDP2); "
                        "run the trainer that does (e.g. SimpleTuner) with these artefacts, or set fsdp.enabled = true, "
                        "fsdp.version = 2 and context_parallel.standalone = false", exit_code=EXIT_INVALID)
+
+
+def _check_data(arts) -> None:
+    """Open and check the training data once, before any rank starts (runtime/data_sources/)."""
+    from tuner.runtime.data_sources.check import check_run_data
+
+    line = check_run_data(arts)
+    if line:
+        print(line, flush=True)
 
 
 def _check_resume(arts, resume: str | None) -> None:
