@@ -44,8 +44,6 @@ def detect_format(columns: list[str], settings_data, where: str) -> str:
     for fmt in ("chat", "instruction", "text"):
         if all(c in columns for c in need[fmt]):
             return fmt
-    if len(columns) == 1 and columns[0] in ("text", "content", "body"):
-        return "text"
     raise DataError(where, f"cannot tell the format from the columns ({', '.join(map(repr, columns))})",
                     _mapping_fix())
 
