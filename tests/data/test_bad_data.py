@@ -112,3 +112,16 @@ def test_tuner_run_refuses_bad_data_before_any_rank_starts(tmp_path, tiny_model)
     assert "rank" not in p.stderr.lower(), "no rank was started"
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
     json.dumps(p.stderr)
+
+
+def test_tuner_compile_warns_of_a_data_path_missing_here(tmp_path):
+    """CI may compile where the data is not: a warning naming the key, exit 0."""
+    from tests.conftest import run_tuner
+
+    (tmp_path / "present.jsonl").write_text('{"text": "x"}\n')
+    (tmp_path / "s.toml").write_text('[data]\npath = "absent.jsonl"\nvalidation_path = "present.jsonl"\n'
+                                     '[hardware]\nplatform = "cpu"\n')
+    p = run_tuner("compile", str(tmp_path / "s.toml"), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "warning [data.path]: data path 'absent.jsonl' does not exist on this machine" in p.stdout + p.stderr
+    assert "present.jsonl" not in p.stdout + p.stderr
