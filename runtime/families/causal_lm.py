@@ -49,6 +49,17 @@ def _builtin_name(path: str) -> str | None:
     return None
 
 
+def _items_per_rank(labels):
+    """Trained (shifted, not -100) tokens of this micro-batch summed over ranks, per rank."""
+    import torch.distributed as dist
+
+    n = (labels[:, 1:] != -100).sum().float()
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(n)
+        n = n / dist.get_world_size()
+    return n.clamp(min=1)
+
+
 class RowsDataset:
     """Map-style training rows (a `datasets.Dataset` of packed or padded rows)."""
 
@@ -231,8 +242,13 @@ class CausalLMFamily(Family):
 
     # -- optimisation ---------------------------------------------------------------
     def loss(self, model, batch):
+        """Mean token loss over the trained tokens of this micro-batch on ALL ranks: each rank
+        divides its summed loss by the global count / world size (``num_items_in_batch``), so
+        the ranks' averaged gradients equal one process's over the whole batch even when the
+        loss mask leaves the ranks different token counts."""
         keys = ("input_ids", "labels", "position_ids", "attention_mask")
-        return model(**{k: batch[k] for k in keys if k in batch}).loss
+        inputs = {k: batch[k] for k in keys if k in batch}
+        return model(**inputs, num_items_in_batch=_items_per_rank(batch["labels"])).loss
 
     # -- export ---------------------------------------------------------------------
     def export(self, state_dict, out_dir: Path) -> None:
