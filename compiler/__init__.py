@@ -128,6 +128,11 @@ def compile_inputs(inputs: CompileInputs) -> CompileResult:
         base_cfg = _load_base(inputs, s.accelerate.base, diags)
 
     result.estimate = model_facts.check(s, plan, diags, found, inputs.facts)
+    for text, exists in sorted(inputs.data_paths.items()):
+        if not exists:  # CI may compile where the data is not: a warning; `tuner run` refuses
+            key = "data.validation_path" if text == s.data.validation_path else "data.path"
+            diags.warning(key, f"data path {text!r} does not exist on this machine (relative paths start at "
+                          f"{inputs.project_dir})", "fix the path, or make sure it exists where tuner run runs")
 
     if not diags.ok:
         return result

@@ -100,6 +100,8 @@ class CompileInputs:
     """NVMe path as written -> the directory's state."""
     versions: dict[str, str] = field(default_factory=dict)
     """Installed package versions (the manifest's ``versions``)."""
+    data_paths: dict[str, bool] = field(default_factory=dict)
+    """Data path as written (data.path, data.files, data.validation_path) -> whether it exists here."""
 
     def read(self, text: str, what: str) -> FileRead:
         got = self.files.get((what, text))
@@ -214,12 +216,20 @@ def gather(src: Source, overrides: list[str] | tuple[str, ...] = (), out_dir: Pa
         except (OSError, ValueError):  # an unreadable directory on the way: the model is not available here
             models[key] = ModelFacts(location=key[0])
     disks = {text: measure_disk(text, project_dir) for text in _nvme_paths(ds)}
+    data_paths = {text: resolve(text, project_dir).exists() for text in _data_paths(n.settings.get("data", {}))}
     return CompileInputs(
         source=src, overrides=tuple(overrides), project_dir=project_dir, out_dir=out,
         settings_file=os.path.relpath(src.path.resolve(), out) if src.path else None,
         display_name=display_name or (str(src.path) if src.path else "<settings>"),
         platform=detected_platform(facts, stated), facts=facts, files=files, models=models, disks=disks,
-        versions=emit.tool_versions())
+        versions=emit.tool_versions(), data_paths=data_paths)
+
+
+def _data_paths(data: dict[str, Any]) -> set[str]:
+    """The local data paths the settings name (not globs, not 'builtin')."""
+    files = data.get("files")
+    named = [data.get("path"), data.get("validation_path"), *(files if isinstance(files, list) else [])]
+    return {p for p in named if isinstance(p, str) and p and p != "builtin" and not any(c in p for c in "*?[")}
 
 
 def _nvme_paths(ds: dict[str, Any]) -> set[str]:

@@ -17,6 +17,7 @@ import importlib.util
 #: import name -> the extra that installs it.
 EXTRA_OF = {
     "accelerate": "runtime", "transformers": "runtime", "safetensors": "runtime", "tqdm": "runtime",
+    "datasets": "runtime",
     "deepspeed": "deepspeed", "diffusers": "diffusion", "peft": "lora", "textual": "tui", "tensorboard": "tracking",
 }
 #: Packages a run may need that no extra installs (trackers other than TensorBoard, bitsandbytes).
@@ -53,6 +54,8 @@ def needed(arts, trains: bool) -> dict[str, str]:
     if trains:
         s = arts.settings
         need["transformers"] = "tuner's trainer"
+        if s.model.family in ("causal_lm", "embedding"):
+            need["datasets"] = "tuner's data layer"
         if s.model.family == "diffusion":
             need["diffusers"] = "model.family = \"diffusion\""
         if s.model.type == "lora":

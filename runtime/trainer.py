@@ -125,7 +125,8 @@ class Trainer:
 
     def _optimizer_and_scheduler(self, model):
         t = self.s.training
-        per_epoch = self._batches_per_rank() // t.gradient_accumulation_steps
+        streamed = getattr(self.train_ds, "streamed", False)  # a stream's length is unknown: max_steps
+        per_epoch = (t.max_steps or 1) if streamed else self._batches_per_rank() // t.gradient_accumulation_steps
         if per_epoch < 1:
             raise RunError(f"the training data gives {self._batches_per_rank()} micro-batches per rank, fewer than "
                            f"gradient_accumulation_steps = {t.gradient_accumulation_steps}; add data or lower the batch")
@@ -151,9 +152,16 @@ class Trainer:
                           collate_fn=self.fam.collate, num_workers=self.s.data.num_workers)
 
     def prepare(self) -> None:
-        train_loader = self._loader(self.train_ds, shuffle=True)
-        self.model, self.optimizer, self.train_loader, self.scheduler = self.acc.prepare(
-            self.model, self.optimizer, train_loader, self.scheduler)
+        if getattr(self.train_ds, "streamed", False):  # each rank reads its own part (data_sources/stream.py)
+            from .data_sources.stream import StreamLoader
+
+            self.model, self.optimizer, self.scheduler = self.acc.prepare(self.model, self.optimizer, self.scheduler)
+            self.train_loader = StreamLoader(self.train_ds, self.s.training.micro_batch_size, self.fam.collate,
+                                             self.acc.device)
+        else:
+            train_loader = self._loader(self.train_ds, shuffle=True)
+            self.model, self.optimizer, self.train_loader, self.scheduler = self.acc.prepare(
+                self.model, self.optimizer, train_loader, self.scheduler)
         self.val_loader = self.acc.prepare(self._loader(self.val_ds, shuffle=False)) if self.val_ds else None
         self.fam.on_prepared(self.model, self.acc)
 
@@ -221,7 +229,7 @@ class Trainer:
         while self.step < self.total_steps:
             self.train_loader.set_epoch(self.epoch)
             loader = self.train_loader
-            if self.batches_in_epoch:
+            if self.batches_in_epoch and not getattr(self.train_ds, "streamed", False):  # a stream resumes itself
                 loader = self.acc.skip_first_batches(self.train_loader, self.batches_in_epoch)
                 loader.set_epoch(self.epoch)
             for batch in loader:
@@ -252,6 +260,7 @@ class Trainer:
                     dt = time.perf_counter() - t_step
                     metrics = {"loss": mean, "lr": self._lr(), "epoch": self.epoch,
                                "throughput": step_units * self.world / max(dt, 1e-9), "tokens_seen": self.tokens_seen}
+                    metrics.update(getattr(self.fam, "step_metrics", dict)())  # tokens per step, padding ratio
                     self.losses.append(mean)
                 rep.step(self.step, metrics)
                 self.callbacks.fire("on_step_end", self, metrics)

@@ -101,7 +101,7 @@ def test_install_lines_name_this_distribution_and_its_extras():
     assert name != "tuner" and len(named) >= 7
     assert {d for d, _ in named} == {name}, named
     assert {x for _, e in named for x in e.split(",") if x} == extras
-    assert project["scripts"] == {"tuner": "tuner.cli:main"}  # the command keeps its name
+    assert project["scripts"] == {"tuner": "tuner.__main__:entry"}  # the command keeps its name
 
 
 def test_install_hints_name_existing_extras():

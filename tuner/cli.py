@@ -195,6 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _add_overrides(p)
 
+    p = sub.add_parser("data", help="show the first training rows as the trainer sees them (tokens, loss mask, stats)",
+                       usage="tuner data SETTINGS [--rows N] [--json] [--set KEY=VALUE]...")
+    p.add_argument("settings", type=Path)
+    p.add_argument("--rows", type=_positive_int, default=3, help="how many rows to show (default 3)")
+    p.add_argument("--json", action="store_true", help="input_ids, labels and position_ids of each row, and the statistics")
+    _add_overrides(p)
+
     p = sub.add_parser("doctor", help="report GPUs, platform, memory, disk and DeepSpeed op availability")
     p.add_argument("--json", action="store_true")
     p.add_argument("settings", type=Path, nargs="?", default=None, help="check free disk at this run's paths")
@@ -321,7 +328,7 @@ def _main(argv: list[str]) -> int:
     import warnings
 
     warnings.formatwarning = _warning_line
-    if argv and argv[0] in ("compile", "run", "estimate"):
+    if argv and argv[0] in ("compile", "run", "estimate", "data"):
         argv = _bool_flags_alone(argv)
     parser = build_parser()
     try:

@@ -105,6 +105,55 @@ class DataSettings:
     num_workers: int = setting(
         0, aliases=("dataloader_num_workers",), minimum=0, step="model",
         help="DataLoader worker processes.")
+    # -- issue 21: data through Hugging Face `datasets` (runtime/data_sources/) ------------
+    files: list[str] = setting(
+        [], aliases=("data_files",), step="model",
+        help="Several local data files or globs (json/jsonl, parquet, csv, arrow, txt), read as one set; "
+             "used instead of path when given.")
+    split: str = setting(
+        "train", aliases=("dataset_split", "dataset_train_split"), step="model",
+        help="The split to train on (a save_to_disk DatasetDict's split, or the split datasets names "
+             "for local files: train).")
+    streaming: bool = setting(
+        False, aliases=("streaming",), step="model",
+        help="Read the data as a stream (sets larger than host RAM): split across ranks without "
+             "duplicates, resumable mid-epoch; needs training.max_steps.")
+    format: str = setting(
+        "auto", aliases=("dataset_format",), choices=("auto", "text", "chat", "instruction", "pairs"),
+        step="model",
+        help="Row format: chat (a messages column), instruction (prompt/completion), text (raw), pairs "
+             "(embedding); auto recognises it from the columns.")
+    text_column: str = setting(
+        "text", aliases=("dataset_text_field",), step="model",
+        help="Column holding raw text (format text).")
+    messages_column: str = setting(
+        "messages", aliases=("chat_messages_field",), step="model",
+        help="Column holding a conversation: a list of {role, content} (format chat).")
+    prompt_column: str = setting(
+        "prompt", step="model", help="Column holding the prompt (format instruction).")
+    completion_column: str = setting(
+        "completion", step="model", help="Column holding the completion (format instruction).")
+    anchor_column: str = setting(
+        "", step="model",
+        help="Embedding: the query column; empty accepts query or anchor (sentence-transformers).")
+    positive_column: str = setting(
+        "positive", step="model", help="Embedding: the positive column.")
+    negative_column: str = setting(
+        "", step="model",
+        help="Embedding: the hard-negative column (a string or a list of strings); empty accepts "
+             "negatives or negative.")
+    chat_template: str = setting(
+        "", aliases=("chat_template",), step="model",
+        help="A Jinja chat template (inline, or a path to a .jinja file) for tokenizers that have none; "
+             "empty uses the tokenizer's own.")
+    packing: bool = setting(
+        True, aliases=("sample_packing", "packing"), step="model",
+        help="Pack documents into rows of seq_len tokens, with position ids restarting at each document "
+             "so attention stays inside it; false gives padded batches.")
+    completion_only_loss: bool = setting(
+        True, aliases=("completion_only_loss", "assistant_only_loss"), step="model",
+        help="Loss on completions / assistant turns only (-100 on prompts, system and user turns); false "
+             "trains on every token.")
 
 
 @dataclass

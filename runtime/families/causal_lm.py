@@ -2,11 +2,10 @@
 
 Model: ``model.path`` is a local directory (``AutoModelForCausalLM.from_pretrained``) or
 ``builtin`` / ``builtin:NAME`` for a tiny configuration built locally (see `BUILTIN`).
-Data: ``data.path`` is a local JSONL file (a ``text`` field per line), a text file (one
-document per blank-line-separated paragraph), or ``builtin`` for the bundled corpus.
-Documents are tokenised, joined with the end-of-text token and packed into rows of
-``data.seq_len`` tokens; validation is ``data.validation_path`` or the last
-``data.validation_split`` of the documents (split before packing, so no row straddles).
+Data: any local source Hugging Face `datasets` reads, in chat, instruction or raw-text format,
+tokenised once (cached), loss-masked and packed with per-document position ids: see
+runtime/data_sources/ (``builtin`` is the bundled corpus). Validation is
+``data.validation_path`` or the last ``data.validation_split`` of the rows.
 """
 
 from __future__ import annotations
@@ -17,11 +16,14 @@ from typing import Any
 
 from tuner.compiler import builtin_models
 
-from .base import Family, FamilyContext, FamilyError, read_jsonl
+from .base import Family, FamilyContext, FamilyError
 from .lora import apply_lora, quantization_kwargs
 
 #: The Llama config fields a built-in (compiler/builtin_models.py, the one registry) gives its
 #: shape by; the rest (vocabulary, special tokens) comes from the bundled tokenizer.
+#: Attention implementations whose masks follow packed position ids (transformers'
+#: masking_utils.find_packed_sequence_indices, flash attention's varlen path).
+PACKED_ATTENTION = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
 SHAPE_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
 
 
@@ -47,32 +49,35 @@ def _builtin_name(path: str) -> str | None:
     return None
 
 
-def read_documents(path: Path) -> list[str]:
-    """Documents from a JSONL (``text`` field) or plain text file (blank-line separated)."""
-    if not path.is_file():
-        raise FamilyError(f"data file not found: {path}")
-    text = path.read_text(encoding="utf-8")
-    if path.suffix in (".jsonl", ".json"):
-        docs = []
-        for n, item in read_jsonl(path):
-            if not isinstance(item.get("text"), str):
-                raise FamilyError(f"{path}:{n}: each line needs a string field 'text'")
-            docs.append(item["text"])
-        return docs
-    return [p.strip() for p in text.split("\n\n") if p.strip()]
+def _items_per_rank(labels):
+    """Trained (shifted, not -100) tokens of this micro-batch summed over ranks, per rank."""
+    import torch.distributed as dist
+
+    n = (labels[:, 1:] != -100).sum().float()
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(n)
+        n = n / dist.get_world_size()
+    return n.clamp(min=1)
 
 
-class PackedDataset:
-    """Rows of `seq_len` token ids (a map-style dataset over a 2-D tensor)."""
+class RowsDataset:
+    """Map-style training rows (a `datasets.Dataset` of packed or padded rows)."""
 
-    def __init__(self, rows: "Any") -> None:
-        self.rows = rows
+    def __init__(self, rows: "Any", packed: bool) -> None:
+        self.ds, self.packed = rows, packed
 
     def __len__(self) -> int:
-        return int(self.rows.shape[0])
+        return len(self.ds)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        return {"input_ids": self.rows[i]}
+        return self.ds[int(i)]
+
+    @property
+    def rows(self):
+        """The input ids of every row as one 2-D tensor (packed rows all have seq_len tokens)."""
+        import torch
+
+        return torch.tensor(self.ds["input_ids"], dtype=torch.long)
 
 
 class CausalLMFamily(Family):
@@ -82,6 +87,10 @@ class CausalLMFamily(Family):
     def __init__(self, ctx: FamilyContext) -> None:
         super().__init__(ctx)
         self._tokenizer = None
+        self._units = [0, 0, 0]
+        self.data_stats: dict[str, Any] = {}
+        self.packed_rows: bool | None = None
+        self.train_rows_stream = None
 
     # -- model ----------------------------------------------------------------------
     def _model_dir(self) -> Path | None:
@@ -140,50 +149,107 @@ class CausalLMFamily(Family):
     def _lora(self, model):
         return apply_lora(model, self.settings.model, ["q_proj", "v_proj"], task_type="CAUSAL_LM")
 
-    # -- data -----------------------------------------------------------------------
-    def _pack(self, docs: list[str]):
-        import torch
+    # -- data (runtime/data_sources/) ------------------------------------------------------
+    def data_tokenizer(self):
+        """The tokenizer, with ``data.chat_template`` set on it when given."""
+        from ..data_sources.chat import load_template
 
         tok = self.tokenizer()
-        seq = self.settings.data.seq_len
-        ids: list[int] = []
-        eos = tok.eos_token_id
-        for enc in tok(docs, add_special_tokens=False)["input_ids"]:
-            ids.extend(enc)
-            if eos is not None:
-                ids.append(eos)
-        n = len(ids) // seq
-        if n == 0:
-            raise FamilyError(f"the data holds {len(ids)} tokens, fewer than one row of data.seq_len = {seq}")
-        return torch.tensor(ids[: n * seq], dtype=torch.long).view(n, seq)
+        template = load_template(self.settings.data.chat_template, self.ctx.base_dir)
+        if template and tok.chat_template != template:
+            tok.chat_template = template
+        return tok
+
+    def pipeline(self):
+        from ..data_sources.causal import Pipeline
+
+        return Pipeline(self.data_tokenizer(), self.settings.data, self.ctx.base_dir, bundled_dir() / "corpus.jsonl")
+
+    def _packed(self) -> bool:
+        """Packed rows rely on transformers' packed-sequence masks (position ids, no attention
+        mask); other attention implementations get padded batches."""
+        if not self.settings.data.packing:
+            return False
+        impl = getattr(self.config(), "_attn_implementation", None) or "sdpa"
+        return impl in PACKED_ATTENTION
 
     def build_datasets(self):
-        d = self.settings.data
-        path = bundled_dir() / "corpus.jsonl" if d.path == "builtin" else self.ctx.resolve(d.path)
-        docs = read_documents(path)
-        if d.validation_path:
-            train_docs, val_docs = docs, read_documents(self.ctx.resolve(d.validation_path))
-        elif d.validation_split > 0:
-            n_val = max(1, int(len(docs) * d.validation_split))
-            train_docs, val_docs = docs[:-n_val], docs[-n_val:]
+        from ..data_sources.causal import main_process_first
+
+        pipe = self.pipeline()
+        pipe.packed = self._packed()
+        self.data_stats = {}
+        with main_process_first():
+            train, stats = pipe.build("train")
+            val = None
+            if self.settings.data.validation_path:
+                val, _ = pipe.build("validation")
+            elif not self.settings.data.streaming:
+                train, val = pipe.split_validation(train, stats)
+        self.data_stats = stats.to_dict()
+        self.packed_rows = pipe.packed
+        if self.settings.data.streaming:
+            train = self.train_rows_stream = self._stream(pipe, *train, stats.format)
         else:
-            train_docs, val_docs = docs, []
-        train = PackedDataset(self._pack(train_docs))
-        val = PackedDataset(self._pack(val_docs)) if val_docs else None
-        return train, val
+            train = RowsDataset(train, pipe.packed)
+        return train, (RowsDataset(val, pipe.packed) if val is not None and len(val) else None)
+
+    def check_data(self) -> str:
+        """Before any rank starts (`tuner run`'s launcher): open, check, tokenise into the cache."""
+        from ..data_sources.check import check_causal
+
+        return check_causal(self)
+
+    def _stream(self, pipe, src, ds, fmt: str):
+        from ..data_sources.encode import Encoder
+        from ..data_sources.stream import StreamRows
+
+        enc = Encoder(pipe.tok, fmt, self.settings.data, src.where())
+        return StreamRows(ds, enc, lambda: pipe.stream_packer(fmt), self.ctx.rank, self.ctx.world_size, self.ctx.seed)
 
     def collate(self, samples):
-        import torch
+        from ..data_sources.causal import pad_id
+        from ..data_sources.packing import collate_rows
 
-        ids = torch.stack([s["input_ids"] for s in samples])
-        return {"input_ids": ids, "labels": ids.clone()}
+        if self.packed_rows is None:
+            self.packed_rows = self._packed()
+        return collate_rows(samples, pad_id(self.tokenizer()), packed=self.packed_rows)
 
     def batch_units(self, batch) -> int:
-        return int(batch["input_ids"].numel())
+        real = int(batch["n_real"]) if "n_real" in batch else int(batch["input_ids"].numel())
+        self._units[0] += real
+        self._units[1] += int(batch["input_ids"].numel())
+        self._units[2] += 1
+        return real
+
+    def step_metrics(self) -> dict[str, float]:
+        """Since the last call: real (not padding) tokens per optimizer step across ranks, and
+        the share of padding in the batches."""
+        real, total, micro = self._units
+        self._units = [0, 0, 0]
+        if not total:
+            return {}
+        steps = max(1.0, micro / self.settings.training.gradient_accumulation_steps)
+        return {"tokens_per_step": real * self.ctx.world_size / steps, "padding_ratio": 1 - real / total}
+
+    def save_state(self, folder, accelerator) -> None:
+        if self.train_rows_stream is not None:
+            self.train_rows_stream.save(folder)
+
+    def load_state(self, folder, accelerator) -> None:
+        if self.train_rows_stream is not None and not self.train_rows_stream.load(folder):
+            raise FamilyError(f"{folder} holds no stream position for rank {self.ctx.rank} (data_stream_rank"
+                              f"{self.ctx.rank}.json); resume a streamed run from a checkpoint it wrote")
 
     # -- optimisation ---------------------------------------------------------------
     def loss(self, model, batch):
-        return model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+        """Mean token loss over the trained tokens of this micro-batch on ALL ranks: each rank
+        divides its summed loss by the global count / world size (``num_items_in_batch``), so
+        the ranks' averaged gradients equal one process's over the whole batch even when the
+        loss mask leaves the ranks different token counts."""
+        keys = ("input_ids", "labels", "position_ids", "attention_mask")
+        inputs = {k: batch[k] for k in keys if k in batch}
+        return model(**inputs, num_items_in_batch=_items_per_rank(batch["labels"])).loss
 
     # -- export ---------------------------------------------------------------------
     def export(self, state_dict, out_dir: Path) -> None:

@@ -142,10 +142,10 @@ def test_bad_pair_files_are_family_errors_naming_file_and_line(tmp_path):
 
     bad = tmp_path / "pairs.jsonl"
     bad.write_text('{"query": "a", "positive": "b"}\n\n{"query": "c", positive: "d"}\n')
-    with pytest.raises(FamilyError, match=r"pairs.jsonl:3: not valid JSON"):
+    with pytest.raises(FamilyError, match=r"pairs.jsonl: line 3: not valid JSON"):
         read_pairs(bad)
     bad.write_text('{"query": "a"}\n')
-    with pytest.raises(FamilyError, match=r"pairs.jsonl:1: an embedding pair needs 'query' and 'positive'"):
+    with pytest.raises(FamilyError, match=r"pairs.jsonl: row 1: an embedding pair needs 'query' \(or 'anchor'\) and 'positive'"):
         read_pairs(bad)
     with pytest.raises(FamilyError, match="data file not found"):
         read_pairs(tmp_path / "missing.jsonl")

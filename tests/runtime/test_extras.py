@@ -59,7 +59,7 @@ def test_a_plain_run_needs_no_per_family_extra(tmp_path):
     from tuner.runtime.extras import needed
 
     arts = load(_build(tmp_path, "fsdp2"))
-    assert set(needed(arts, trains=True)) == {"torch", "accelerate", "transformers"}
+    assert set(needed(arts, trains=True)) == {"torch", "accelerate", "transformers", "datasets"}  # all in [runtime]
 
 
 def test_every_extra_named_exists_in_pyproject():

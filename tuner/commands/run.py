@@ -76,6 +76,7 @@ def run(args) -> int:
             # An output directory that holds a run is resumed when asked, refused otherwise.
             resume = check_output_dir(arts.output_dir, args.resume or arts.settings.checkpoint.resume, str(target))
             _check_resume(arts, resume, args.max_steps)
+            _check_data(arts)
             _clear_stale_offload(arts)
             entry = worker_entry(arts, resume, args.max_steps, getattr(args, "callback", None) or [])
             return launch(arts, entry, topo)
@@ -108,6 +109,15 @@ def _check_trainable(arts) -> None:
         raise RunError("tuner run does not implement standalone context parallelism (without FSDP2); "
                        "run the trainer that does (e.g. SimpleTuner) with these artefacts, or set fsdp.enabled = true, "
                        "fsdp.version = 2 and context_parallel.standalone = false", exit_code=EXIT_INVALID)
+
+
+def _check_data(arts) -> None:
+    """Open and check the training data once, before any rank starts (runtime/data_sources/)."""
+    from tuner.runtime.data_sources.check import check_run_data
+
+    line = check_run_data(arts)
+    if line:
+        print(line, flush=True)
 
 
 def _check_resume(arts, resume: str | None, max_steps: int | None = None) -> None:

@@ -9,23 +9,51 @@ from typing import Any
 
 import torch
 
-from ..base import FamilyError, read_jsonl
+from ..base import FamilyError
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "embedding"
 BUILTIN_PAIRS = DATA_DIR / "pairs.jsonl"
 
 
-def read_pairs(path: str | Path) -> list[dict[str, Any]]:
-    """JSONL rows with ``query`` and ``positive`` (and optionally ``negatives``: list or str)."""
+def read_pairs(path: str | Path, data: Any = None) -> list[dict[str, Any]]:
+    """Pairs (or triplets) from any local source `datasets` reads (runtime/data_sources/):
+    a query column (``query`` or sentence-transformers' ``anchor``, or ``data.anchor_column``),
+    ``positive`` (``data.positive_column``), and optional hard negatives: a string or a list
+    of strings in ``negatives`` / ``negative`` (``data.negative_column``), or
+    sentence-transformers' ``negative_1``, ``negative_2``... columns."""
+    from ...data_sources.source import open_dataset, resolve
+
+    src = resolve([str(BUILTIN_PAIRS if str(path) in ("", "builtin") else Path(path).expanduser())], Path.cwd())
+    ds = open_dataset(src, split=getattr(data, "split", "train") if src.folder is not None else "train")
+    cols = list(ds.column_names)
+    q_col = _column(cols, getattr(data, "anchor_column", ""), ("query", "anchor"))
+    p_col = _column(cols, getattr(data, "positive_column", "") or "positive", ())
+    n_cols = [c for c in [_column(cols, getattr(data, "negative_column", ""), ("negatives", "negative"))] if c]
+    n_cols += sorted((c for c in cols if c.startswith("negative_") and c[9:].isdigit()), key=lambda c: int(c[9:]))
+    if not q_col or not p_col:
+        raise FamilyError(f"{src.where(0)}: an embedding pair needs 'query' (or 'anchor') and 'positive'; the data has "
+                          f"{', '.join(map(repr, cols))}; name them with data.anchor_column / data.positive_column")
     rows = []
-    src = BUILTIN_PAIRS if str(path) in ("", "builtin") else Path(path).expanduser()
-    for lineno, row in read_jsonl(src):
-        if "query" not in row or "positive" not in row:
-            raise FamilyError(f"{src}:{lineno}: an embedding pair needs 'query' and 'positive'")
-        neg = row.get("negatives", row.get("negative", []))
-        row["negatives"] = [neg] if isinstance(neg, str) else list(neg)
-        rows.append(row)
+    for i, row in enumerate(ds):
+        where = src.where(i)
+        for c in (q_col, p_col):
+            if not isinstance(row[c], str):
+                raise FamilyError(f"{where}: column {c!r} is {type(row[c]).__name__}, not a string; give it as text")
+        negs: list[str] = []
+        for c in n_cols:
+            v = row[c]
+            v = [] if v is None else [v] if isinstance(v, str) else v
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise FamilyError(f"{where}: column {c!r} must be a string or a list of strings (hard negatives)")
+            negs += v
+        rows.append({"query": row[q_col], "positive": row[p_col], "negatives": negs})
     return rows
+
+
+def _column(cols: list[str], stated: str, accepted: tuple[str, ...]) -> str:
+    if stated:
+        return stated if stated in cols else ""
+    return next((c for c in accepted if c in cols), "")
 
 
 def split_pairs(rows: list[dict], validation_split: float, seed: int = 0) -> tuple[list[dict], list[dict]]:

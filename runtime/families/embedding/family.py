@@ -93,15 +93,20 @@ class EmbeddingFamily(Family):
     def build_datasets(self):
         d = self.settings.data
         try:
-            rows = read_pairs("builtin" if d.path == "builtin" else self.ctx.resolve(d.path))
+            rows = read_pairs("builtin" if d.path == "builtin" else self.ctx.resolve(d.path), d)
             if d.validation_path:
-                train, val = rows, read_pairs(self.ctx.resolve(d.validation_path))
+                train, val = rows, read_pairs(self.ctx.resolve(d.validation_path), d)
             else:
                 train, val = split_pairs(rows, d.validation_split, seed=self.ctx.seed)
         except (OSError, ValueError) as exc:
             raise FamilyError(f"embedding data: {exc}") from None
         self.val_rows = val
         return PairDataset(train), (PairDataset(val) if val else None)
+
+    def check_data(self) -> str:
+        """Before any rank starts (`tuner run`'s launcher): read and check the pairs."""
+        train, val = self.build_datasets()
+        return f"data: {self.settings.data.path}: {len(train)} training pairs, {len(val) if val else 0} held out"
 
     def collate(self, samples):
         return PairCollator(self.tokenizer(), self.settings.data.seq_len)(samples)
