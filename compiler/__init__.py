@@ -7,7 +7,7 @@ Pure Python; never imports torch, accelerate, deepspeed or textual. Read -> comp
     compile: compile_inputs (no I/O): normalise (normalise.py: aliases, spellings, schema)
              -> rules (rules.py: cross-field checks, the plan) -> deepspeed_config.py
              -> model_facts.py (wrap classes, the memory estimate) -> emit.py (texts)
-    write:   CompileResult.write (emit.write_atomically): the one writer
+    write:   CompileResult.write (build_writer.write_atomically): the one writer
 
 `compile_text` / `compile_file` gather and compile; nothing is written until `write()` is
 called on a result without errors. A library caller may state the target machine
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import cluster, deepspeed_config, emit, model_facts, value_checks
+from . import build_writer, cluster, deepspeed_config, emit, model_facts, value_checks
 from .diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Diagnostic, Diagnostics
 from .estimate_report import Estimate
 from .files import MAX_BYTES, FileError, parse_yaml
@@ -75,7 +75,7 @@ class CompileResult:
         # Artefacts of the previous build that this one no longer has (a DDP build replacing a
         # DeepSpeed one, a single-machine build replacing a Slurm one) go, when tuner wrote them.
         stale = tuple(n for n in (emit.DEEPSPEED_JSON, *cluster.ALL) if n not in self.files)
-        emit.write_atomically(self.out_dir, self.files, remove=stale)
+        build_writer.write_atomically(self.out_dir, self.files, remove=stale)
         return self.out_dir
 
 
