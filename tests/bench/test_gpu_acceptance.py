@@ -134,7 +134,7 @@ def test_the_wheel_the_device_wrapper_carries_holds_every_module(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
                         str(tmp_path), str(src)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    names = set(zipfile.ZipFile(next(tmp_path.glob("tuner-*.whl"))).namelist())
+    names = set(zipfile.ZipFile(next(tmp_path.glob("tuner_train-*.whl"))).namelist())
     folders = {"tuner": "tuner", "compiler": "tuner/compiler", "runtime": "tuner/runtime", "tui": "tuner/tui",
                "schemas": "tuner/schemas"}
     expected = {f"{dest}/{p.relative_to(REPO / src).as_posix()}" for src, dest in folders.items()
