@@ -264,7 +264,10 @@ def write_export(write: Callable[[Path], None], out_dir: Path, previous: list[st
             try:
                 write(model_dir)
             except Exception as exc:
-                raise _no_space(exc, out_dir) or exc
+                full = _no_space(exc, out_dir)
+                if full is None:
+                    raise
+                raise full from None
         give_new_file_modes(model_dir)  # safetensors writes through a private temporary (0600)
         entries = sorted(p.name for p in model_dir.iterdir())
         clash = [n for n in entries if (out_dir / n).exists() or (out_dir / n).is_symlink()
