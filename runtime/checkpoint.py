@@ -163,7 +163,7 @@ def intact_hint(damaged: Path, action: str = "resume") -> str:
 def last_intact(ckdir: Path, exclude: Path | None = None) -> Path | None:
     """The newest checkpoint in `ckdir` that `meta_problem` finds nothing wrong with."""
     for _, path in reversed(complete_checkpoints(ckdir)):
-        if exclude is not None and path.resolve() == Path(exclude).resolve():
+        if exclude is not None and os.path.realpath(path) == os.path.realpath(exclude):  # never raises on a loop
             continue
         if meta_problem(path) is None:
             return path
@@ -194,12 +194,13 @@ def latest_checkpoint(ckdir: Path) -> Path | None:
     return done[-1][1] if done else None
 
 
-def latest_intact(ckdir: Path) -> Path | None:
+def latest_intact(ckdir: Path, action: str = "resume") -> Path | None:
     """The latest checkpoint, refusing a damaged one (RunError naming the last intact one
     and the ``--resume PATH`` that uses it): what `--resume latest` and export use. None
     when there is no checkpoint at all."""
     pointer = ckdir / LATEST
     named = None
+    refuse_link_loop(pointer, "checkpoint pointer", hint=intact_hint(pointer, action))
     if pointer.is_symlink() or pointer.exists() and not pointer.is_file():
         raise RunError(f"{pointer} is not tuner's pointer file (it is a "
                        f"{'symbolic link' if pointer.is_symlink() else 'directory' if pointer.is_dir() else 'special file'}); "
@@ -213,6 +214,8 @@ def latest_intact(ckdir: Path) -> Path | None:
         except FileError:
             name = ""
         named = ckdir / name if _STEP_DIR.match(name) else None
+        if named is not None:
+            refuse_link_loop(named, "checkpoint", hint=intact_hint(named, action))
     done = complete_checkpoints(ckdir)
     newest = named if named is not None else (done[-1][1] if done else None)
     if newest is None:
@@ -221,8 +224,27 @@ def latest_intact(ckdir: Path) -> Path | None:
         return None
     problem = meta_problem(newest)
     if problem:
-        raise RunError(f"the latest checkpoint {newest} is damaged ({problem}){intact_hint(newest)}")
+        raise RunError(f"the latest checkpoint {newest} is damaged ({problem}){intact_hint(newest, action)}")
     return newest
+
+
+def is_link_loop(path: Path) -> bool:
+    """A symbolic link that never reaches a file (it points at itself, or round a circle)."""
+    import errno
+
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
+def refuse_link_loop(path: Path, what: str, hint: str = "") -> None:
+    """RunError naming `path` when it is a symbolic-link loop (found before anything follows
+    it: pathlib raises a RuntimeError for a loop, and `is_dir()` calls it merely missing)."""
+    if is_link_loop(Path(path)):
+        raise RunError(f"{what} {path} is a symbolic link that points back at itself (a loop); tuner does not "
+                       f"follow or remove it: remove or fix the link{hint}")
 
 
 def resolve_resume(resume: str, output_dir: Path) -> Path | None:
@@ -234,6 +256,7 @@ def resolve_resume(resume: str, output_dir: Path) -> Path | None:
     if resume in ("latest", "auto"):  # `tuner run` has applied the output-directory rule to "auto"
         return latest_intact(checkpoints_dir(output_dir))
     p = Path(resume).expanduser()
+    refuse_link_loop(p, "checkpoint", hint=intact_hint(p) if p.parent.is_dir() else "")
     if not p.is_dir():
         raise RunError(f"checkpoint not found: {p}")
     read_meta(p)

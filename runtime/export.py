@@ -170,6 +170,9 @@ def export_lock(out_dir: Path) -> Iterator[None]:
 
 def export_checkpoint(path: Path, out_dir: Path) -> Path:
     path, out_dir = Path(path), Path(out_dir)
+    ckpt.refuse_link_loop(path, "checkpoint", hint=ckpt.intact_hint(path, "export") if path.parent.is_dir() else "")
+    if path.name == ckpt.LATEST and path.is_file() and path.parent.is_dir():
+        path = path.parent  # `latest` itself: the checkpoint it names
     if not path.is_dir():
         raise RunError(f"checkpoint not found: {path}")
     if out_dir.is_symlink() and not out_dir.exists() or out_dir.exists() and not out_dir.is_dir():
@@ -186,8 +189,9 @@ def _export_locked(path: Path, out_dir: Path, previous: list[str]) -> None:
     from .families import get_family
     from .families.base import FamilyContext
 
-    if path.name == ckpt.LATEST or (path / ckpt.LATEST).is_file() and not (path / ckpt.META).is_file():
-        found = ckpt.latest_intact(path if path.is_dir() else path.parent)
+    pointer = path / ckpt.LATEST
+    if path.name == ckpt.LATEST or (pointer.is_file() or pointer.is_symlink()) and not (path / ckpt.META).is_file():
+        found = ckpt.latest_intact(path if path.is_dir() else path.parent, action="export")
         if found is None:
             raise RunError(f"no complete checkpoint in {path}")
         path = found
@@ -207,6 +211,20 @@ def _export_locked(path: Path, out_dir: Path, previous: list[str]) -> None:
     except _READ_ERRORS as exc:
         raise ckpt.unreadable(path, exc, action="export") from None
     write_export(lambda target: fam.export(state, target), out_dir, previous, str(path.resolve()))
+
+
+def _no_space(exc: BaseException, out_dir: Path) -> OSError | None:
+    """A full disk met by a library's writer (safetensors says only "I/O error: No space left
+    on device (os error 28)", as a SafetensorError) as an OSError naming `out_dir`; None for
+    any other failure."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return exc if exc.filename else OSError(exc.errno, exc.strerror, str(out_dir))
+    text = str(exc)
+    if "No space left on device" in text or "os error 28" in text or "Disk quota exceeded" in text:
+        return OSError(errno.ENOSPC, "No space left on device", str(out_dir))
+    return None
 
 
 def export_model_dir(write: Callable[[Path], None], out_dir: Path, source: str) -> None:
@@ -243,7 +261,13 @@ def write_export(write: Callable[[Path], None], out_dir: Path, previous: list[st
         (staging / _STAGING_MARK).write_text(json.dumps({"tool": "tuner", "staging": staging.name}), encoding="utf-8")
         model_dir = staging / "model"
         with plain_model_init():
-            write(model_dir)
+            try:
+                write(model_dir)
+            except Exception as exc:
+                full = _no_space(exc, out_dir)
+                if full is None:
+                    raise
+                raise full from None
         give_new_file_modes(model_dir)  # safetensors writes through a private temporary (0600)
         entries = sorted(p.name for p in model_dir.iterdir())
         clash = [n for n in entries if (out_dir / n).exists() or (out_dir / n).is_symlink()
