@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from transformers import HfArgumentParser, TrainingArguments
-
 from tuner.compiler import compile_text
 from tuner.compiler.diagnostics import EXIT_INVALID
 from tuner.compiler.importer import ImportRefused, import_files, to_toml
