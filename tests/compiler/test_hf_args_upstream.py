@@ -7,6 +7,7 @@ precision as ms-swift does. Each import runs the parser in a subprocess (~10 s h
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,12 @@ def test_ms_swift_torch_dtype_sets_the_precision_ms_swift_sets(tmp_path):
     explicit = _write(tmp_path, {**swift, "bf16": False, "fp16": True}, "explicit.json")
     _, settings = _settings([explicit], tmp_path)
     assert settings.training.mixed_precision == "fp16"
+
+
+def test_without_transformers_the_import_still_works_and_says_how_to_install_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # what Python sees when it is not installed
+    args = {"per_device_train_batch_size": 2, "lr_scheduler_type": "cosine", "bf16": True}
+    imported, settings = _settings([_write(tmp_path, args)], tmp_path)
+    assert settings.training.mixed_precision == "bf16" and settings.training.micro_batch_size == 2
+    assert any("transformers is not installed" in r and "pip install 'tuner-train[runtime]'" in r
+               for r in imported.remarks)
