@@ -5,15 +5,29 @@ The distributed-training keys are ``fsdp`` (a string or list of options), ``fsdp
 (keys with or without the ``fsdp_`` prefix) and ``deepspeed`` (a path or an inline table),
 plus the batch, precision and schedule keys. Unset FSDP keys import as transformers' own
 defaults (version 1, use_orig_params and sync_module_states on, RAM-efficient loading off).
+
+The values are first read by transformers' own ``HfArgumentParser(TrainingArguments)`` (in a
+subprocess, `python -m tuner.runtime.hf_args`: the compiler imports no transformers), so that
+``"bf16": "true"`` or ``"gradient_accumulation_steps": "4"`` mean what the Trainer makes of
+them, a value the parser refuses is refused naming the key, and a key TrainingArguments does not
+have is listed as not imported. ms-swift's ``torch_dtype`` sets bf16/fp16 where the file leaves
+them unset, as ms-swift does.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+import subprocess
+import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .base import Imported
+from .base import Imported, ImportRefused
+
+INSTALL = "pip install 'tuner-train[runtime]'"
 
 #: TrainingArguments keys; two of them (one a distributed or batch key) mark the format.
 TRAINER_KEYS = {"per_device_train_batch_size", "per_device_eval_batch_size", "lr_scheduler_type", "logging_steps",
@@ -72,14 +86,54 @@ def read_swift(data: dict[str, Any], path: Path, out: Imported) -> None:
         out.unmodelled["sequence_parallel_size"] = sp
         out.remarks.append(f"{src}: sequence_parallel_size {sp} is ms-swift's own (Ulysses) sequence parallelism, "
                            "applied by ms-swift itself; tuner's artefacts do not carry it")
-    handled = {"train_type", "model", "sequence_parallel_size"}
-    read({k: v for k, v in data.items() if k not in handled}, path, out)
+    handled = {"train_type", "model", "sequence_parallel_size", "torch_dtype"}
+    rest = {k: v for k, v in data.items() if k not in handled}
+    # ms-swift's ModelArguments._init_mixed_precision: torch_dtype fills the bf16/fp16 left unset
+    dtype = str(data.get("torch_dtype") or "").lower().removeprefix("torch.")
+    if dtype in ("bfloat16", "float16", "float32"):
+        for key, on in (("bf16", dtype == "bfloat16"), ("fp16", dtype != "bfloat16")):
+            if rest.get(key) is None:
+                rest[key] = on
+    elif dtype:
+        out.not_distributed.setdefault(src, {})["torch_dtype"] = data["torch_dtype"]
+    read(rest, path, out, swift=True)
 
 
-def read(data: dict[str, Any], path: Path, out: Imported) -> None:
+@lru_cache(maxsize=32)
+def _parse_upstream(text: str) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-m", "tuner.runtime.hf_args"], input=text, capture_output=True,
+                          text=True)
+    try:
+        answer: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        answer = {"error": f"transformers' HfArgumentParser did not answer: {(proc.stderr or '').strip()[-500:]}"}
+    return answer
+
+
+def upstream(data: dict[str, Any], src: str, out: Imported) -> tuple[dict[str, Any], list[str]]:
+    """The keys as transformers' HfArgumentParser(TrainingArguments) reads them, and those it
+    does not know. Without transformers: the values as written, with a remark."""
+    if importlib.util.find_spec("transformers") is None:
+        out.remarks.append(f"{src}: transformers is not installed, so the values are taken as written and not "
+                           f"checked by its HfArgumentParser; {INSTALL} to read them as the Trainer does")
+        return data, []
+    answer = _parse_upstream(json.dumps(data, sort_keys=True, default=str))
+    if "error" in answer:
+        raise ImportRefused(f"{src}: {answer['error']} (transformers' HfArgumentParser(TrainingArguments) refuses "
+                            "it; correct the value)")
+    values = {k: answer["values"][k] if k in answer["values"] else v for k, v in data.items()}
+    return values, list(answer["unknown"])
+
+
+def read(data: dict[str, Any], path: Path, out: Imported, swift: bool = False) -> None:
     from . import deepspeed
 
     src = path.name
+    data, unknown = upstream(data, src, out)
+    if unknown:
+        whose = "ms-swift's own or unknown" if swift else "unknown to transformers' HfArgumentParser"
+        out.remarks.append(f"{src}: {', '.join(sorted(unknown))}: not TrainingArguments fields ({whose}); "
+                           "not imported")
     other: dict[str, Any] = {}
     for key, value in data.items():
         if key in SIMPLE and value is not None:

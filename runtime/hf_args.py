@@ -1,0 +1,77 @@
+"""`python -m tuner.runtime.hf_args`: HF Trainer arguments read by transformers' own parser.
+
+`tuner import` runs this in a subprocess (the compiler imports no transformers): a JSON object
+of TrainingArguments keys comes in on stdin, and out goes ``{"values": {...}, "unknown":
+[...]}`` or ``{"error": "..."}``. The values are what ``HfArgumentParser(TrainingArguments)``
+makes of them on its own argparse path: each field's type, its choices (``lr_scheduler_type``,
+``optim``...) and its boolean spelling (``"true"``, ``"yes"``, ``"1"``). The dataclass itself is
+not built: its ``__post_init__`` checks the machine it runs on (bf16 or fp16 without a GPU is
+refused), and a config written for GPUs must import on a CPU machine. Tables and lists
+(``fsdp_config``, ``deepspeed``, ``report_to``...) cannot go through a command line; they are
+kept as written, as ``HfArgumentParser.parse_dict`` hands them to the dataclass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from typing import Any
+
+
+class _Refused(Exception):
+    pass
+
+
+def _text(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def parse(data: dict[str, Any]) -> dict[str, Any]:
+    from transformers import HfArgumentParser, TrainingArguments
+
+    fields = {f.name: f for f in dataclasses.fields(TrainingArguments) if f.init}
+    parser = HfArgumentParser(TrainingArguments)
+
+    def error(message: str) -> None:
+        raise _Refused(message)
+
+    parser.error = error  # type: ignore[method-assign]  # argparse would print and exit
+    argv: list[str] = []
+    kept: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in fields:
+            continue
+        if value is None:
+            kept[key] = None
+        elif isinstance(value, (dict, list)):
+            kept[key] = value  # no command line carries it; parse_dict passes it to the field as is
+        else:
+            argv.append(f"--{key}={_text(value)}")
+    try:
+        namespace = parser.parse_args(argv)
+    except _Refused as exc:
+        return {"error": str(exc)}
+    values: dict[str, Any] = {}
+    for key, raw in data.items():
+        if key not in fields:
+            continue
+        value = kept[key] if key in kept else getattr(namespace, key)
+        if (isinstance(value, float) and isinstance(raw, int) and not isinstance(raw, bool)
+                and value == raw):
+            value = raw  # 50 stays 50 where the field is a float (save_steps, num_train_epochs)
+        values[key] = value
+    return {"values": values, "unknown": [k for k in data if k not in fields]}
+
+
+def main() -> int:
+    try:
+        data = json.load(sys.stdin)
+        print(json.dumps(parse(data), default=str))
+    except Exception as exc:  # reported to tuner import, which names the file
+        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
