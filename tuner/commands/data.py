@@ -14,19 +14,18 @@ from __future__ import annotations
 import json
 import sys
 
-from tuner.compiler import EXIT_INVALID, EXIT_OK, EXIT_USAGE, SourceError, compile_inputs, gather
+from tuner.compiler import EXIT_INVALID, EXIT_OK, EXIT_USAGE, compile_inputs
 from tuner.compiler.diagnostics import render_text
-from tuner.compiler.source import read_settings
+
+from .settings_input import gather_or_exit_code
 
 TRAINED, MASKED, RESET = "\x1b[1;32m", "\x1b[2m", "\x1b[0m"
 
 
 def run(args) -> int:
-    try:
-        inputs = gather(read_settings(args.settings), args.overrides)
-    except SourceError as exc:
-        print(f"{args.settings}: error: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE if exc.io else EXIT_INVALID
+    inputs = gather_or_exit_code(args)
+    if isinstance(inputs, int):
+        return inputs
     result = compile_inputs(inputs)
     if result.settings is None or not result.ok:
         print(render_text(result.diagnostics.errors) or "the settings do not compile", file=sys.stderr)

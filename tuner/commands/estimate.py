@@ -18,9 +18,10 @@ import dataclasses
 import json
 import sys
 
-from tuner.compiler import EXIT_INVALID, EXIT_OK, EXIT_USAGE, SourceError, compile_inputs, gather
+from tuner.compiler import EXIT_INVALID, EXIT_OK, compile_inputs
 from tuner.compiler.diagnostics import render_text
-from tuner.compiler.source import read_settings
+
+from .settings_input import gather_or_exit_code
 
 
 def _facts(settings):
@@ -46,11 +47,9 @@ def _facts(settings):
 
 
 def run(args) -> int:
-    try:
-        inputs = gather(read_settings(args.settings), args.overrides)
-    except SourceError as exc:
-        print(f"{args.settings}: error: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE if exc.io else EXIT_INVALID
+    inputs = gather_or_exit_code(args)
+    if isinstance(inputs, int):
+        return inputs
     result = compile_inputs(inputs)
     if inputs.facts is None and result.settings is not None:
         facts = _facts(result.settings)
