@@ -71,7 +71,14 @@ def _open(path: Path) -> tuple[int, bool]:
         except FileExistsError:
             pass
         else:
-            write_holder(fd)  # the file is tuner's from its first byte
+            try:
+                write_holder(fd)  # the file is tuner's from its first byte
+            except OSError as exc:  # a full disk: remove what this call created, name the path
+                os.unlink(path)
+                os.close(fd)
+                if exc.filename is None:
+                    exc.filename = str(path)
+                raise
             return fd, True
         try:
             return os.open(path, flags), False
@@ -146,13 +153,15 @@ def hold_lock(path: str | os.PathLike, shared: bool = False, wait_s: float = 0.0
             raise LockHeld(path, holder) from None
         if _still_named(path, fd):
             if remove and not shared:
-                write_holder(fd)
+                with contextlib.suppress(OSError):  # a full disk: the lock holds without its record
+                    write_holder(fd)
             break
         os.close(fd)  # its holder removed it while releasing: lock the file that now bears the name
     try:
         yield fd
     finally:
-        if remove and (holder_record(fd) or {}).get("tool") == "tuner" and _still_named(path, fd):
+        ours = created or (holder_record(fd) or {}).get("tool") == "tuner"
+        if remove and ours and _still_named(path, fd):
             with contextlib.suppress(OSError):
                 os.unlink(path)
         os.close(fd)

@@ -23,12 +23,12 @@ def check_run_data(arts) -> str | None:
     from ..families.base import FamilyContext
 
     s = arts.settings
-    fam = get_family(s.model.family)(FamilyContext(settings=s, base_dir=arts.base_dir, seed=s.training.seed,
-                                                   rank=0, world_size=arts.plan.world_size))
-    check = getattr(fam, "check_data", None)
-    if check is None:
-        return None
     try:
+        fam = get_family(s.model.family)(FamilyContext(settings=s, base_dir=arts.base_dir, seed=s.training.seed,
+                                                       rank=0, world_size=arts.plan.world_size))
+        check = getattr(fam, "check_data", None)
+        if check is None:
+            return None
         return check()
     except FamilyError as exc:
         raise RunError(str(exc), exit_code=getattr(exc, "exit_code", 2)) from None

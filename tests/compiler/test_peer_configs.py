@@ -162,7 +162,9 @@ def test_accelerate_config_imports_to_the_same_launch(path, tmp_path, monkeypatc
         # item 6), and the file with it added (what the message says to do) must launch the same
         with pytest.raises(ImportRefused, match="no num_processes"):
             import_files([source])
-        source = source.with_name("with_num_processes_" + source.name)
+        # written beside the staged copy, or into tmp_path for a file read in place (never into tests/data)
+        staged = source.is_relative_to(tmp_path)
+        source = source.with_name("with_num_processes_" + source.name) if staged else tmp_path / ("with_num_processes_" + source.name)
         source.write_text(path.read_text() + "\nnum_processes: 8\n")
     text = to_toml(import_files([source]))
     settings = tmp_path / "settings.toml"

@@ -88,7 +88,7 @@ def test_a_failure_part_way_leaves_the_previous_set_and_no_temporaries(tmp_path)
 def test_a_failed_move_puts_the_previous_set_back(tmp_path, monkeypatch):
     """Fault injection (a rename failing cannot be provoked for real): the manifest's move
     fails after the YAML moved; the previous set is restored and no temporaries remain."""
-    from tuner.compiler import emit
+    from tuner.compiler import build_writer, emit
 
     out = tmp_path / "build"
     compile_text(ZERO1, path=tmp_path / "s.toml", out_dir=out).write()
@@ -100,7 +100,7 @@ def test_a_failed_move_puts_the_previous_set_back(tmp_path, monkeypatch):
             raise OSError(5, "Input/output error", str(dst))
         return real_replace(src, dst)
 
-    monkeypatch.setattr(emit.os, "replace", failing_replace)
+    monkeypatch.setattr(build_writer.os, "replace", failing_replace)
     with pytest.raises(OSError):
         compile_text(ZERO1.replace("micro_batch_size = 4", "micro_batch_size = 2"), path=tmp_path / "s.toml",
                      out_dir=out).write()

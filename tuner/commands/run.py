@@ -76,6 +76,9 @@ def run(args) -> int:
             # An output directory that holds a run is resumed when asked, refused otherwise.
             resume = check_output_dir(arts.output_dir, args.resume or arts.settings.checkpoint.resume, str(target))
             _check_resume(arts, resume, args.max_steps)
+            from tuner.runtime.extras import check_installed
+
+            check_installed(arts, trains=True)  # a missing package is named before the data is read
             _check_data(arts)
             _clear_stale_offload(arts)
             entry = worker_entry(arts, resume, args.max_steps, getattr(args, "callback", None) or [])
