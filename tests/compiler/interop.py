@@ -149,3 +149,18 @@ def deepspeed_effective(config: dict[str, Any], world: int) -> dict[str, Any]:
     """DeepSpeedConfig's resolved attributes (its defaults applied) at `world` ranks."""
     parsed = parse_deepspeed(json.loads(json.dumps(config)), world)
     return {k: _plain(v) for k, v in sorted(vars(parsed).items()) if k not in _DS_SKIP}
+
+
+def import_and_compile(source: Path, tmp_path: Path) -> str:
+    """`tuner import` of `source`, then the settings written to tmp_path/settings.toml compiled
+    and written to tmp_path/build (asserted ok); returns the imported settings text."""
+    from tuner.compiler import compile_text
+    from tuner.compiler.importer import import_files, to_toml
+
+    text = to_toml(import_files([source]))
+    settings = tmp_path / "settings.toml"
+    settings.write_text(text)
+    result = compile_text(text, path=settings)
+    assert result.ok, text + "\n".join(d.format() for d in result.diagnostics.errors)
+    result.write()
+    return text

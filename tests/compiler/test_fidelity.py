@@ -19,7 +19,7 @@ from tuner.compiler import compile_text
 from tuner.compiler.importer import ImportRefused, import_files, to_toml
 
 from tests.compiler.helpers import parse_deepspeed
-from tests.compiler.interop import launch_view
+from tests.compiler.interop import import_and_compile, launch_view
 from tests.compiler.test_peer_configs import equivalence_problems
 
 
@@ -31,12 +31,7 @@ def _quiet(monkeypatch):
 
 def _round_trip(source, tmp_path, monkeypatch) -> list[str]:
     """import -> compile -> the launch accelerate derives from each, compared."""
-    text = to_toml(import_files([source]))
-    settings = tmp_path / "settings.toml"
-    settings.write_text(text)
-    result = compile_text(text, path=settings)
-    assert result.ok, text + "\n".join(d.format() for d in result.diagnostics.errors)
-    result.write()
+    import_and_compile(source, tmp_path)
     monkeypatch.chdir(source.parent)
     theirs = launch_view(source)
     monkeypatch.chdir(tmp_path)

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.compiler.helpers import load_accelerate
-from tests.compiler.interop import script_filled, deepspeed_effective, launch_view
+from tests.compiler.interop import deepspeed_effective, import_and_compile, launch_view, script_filled
 from tests.conftest import PEER_CONFIGS, REPO
 from tuner.compiler import compile_text
 from tuner.compiler.emit import DECIDED_KEYS, DS_KEYS_FORBIDDEN_WITH_FILE
@@ -163,15 +163,10 @@ def test_accelerate_config_imports_to_the_same_launch(path, tmp_path, monkeypatc
         with pytest.raises(ImportRefused, match="no num_processes"):
             import_files([source])
         # written beside the staged copy, or into tmp_path for a file read in place (never into tests/data)
-        staged = source.is_relative_to(tmp_path)
-        source = source.with_name("with_num_processes_" + source.name) if staged else tmp_path / ("with_num_processes_" + source.name)
+        name = "with_num_processes_" + source.name
+        source = source.with_name(name) if source.is_relative_to(tmp_path) else tmp_path / name
         source.write_text(path.read_text() + "\nnum_processes: 8\n")
-    text = to_toml(import_files([source]))
-    settings = tmp_path / "settings.toml"
-    settings.write_text(text)
-    result = compile_text(text, path=settings)
-    assert result.ok, text + "\n".join(d.format() for d in result.diagnostics.errors)
-    result.write()
+    text = import_and_compile(source, tmp_path)
     cli = () if (original.num_processes or -1) > 0 else ("--num_processes", "8")  # accelerate demands it then
     monkeypatch.chdir(cwd)
     theirs = launch_view(source, cli)
