@@ -98,8 +98,14 @@ def test_fault_catalogue(tmp_path, name):
         assert all(f["fix"] for fs in got.values() for f in fs)
     first_client = len(controls) + len(expected) + 1
     groups = {f["run"] for f in report["findings"]}
-    assert all(faults(report, run=i) == {} for i in groups if i >= first_client), \
-        f"false alarm on a real client: {[faults(report, run=i) for i in groups if i >= first_client]}"
+    for i in sorted(g for g in groups if g >= first_client):
+        got = faults(report, run=i)
+        if i >= max(groups) - 1 and set(got) == {"mixed-precision"}:
+            # accelerate's test script ends with Accelerator(mixed_precision="bf16"), then "fp16",
+            # on this fp32 build: the check names them, rightly.
+            assert all("fp16" in f["saw"] or "bf16" in f["saw"] for f in got["mixed-precision"]), got
+            continue
+        assert got == {}, f"false alarm on a real client (Accelerator {i}): {got}"
     if name == "ddp":
         settings_model = _oks(report, 2)
         assert "within 10%" in settings_model["memory"] and "follows the linear" in settings_model["lr"]
