@@ -8,7 +8,7 @@ from typing import Any
 
 
 def local(t):
-    return t.tolocal() if hasattr(t, "to_local") else t
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def fingerprint(value) -> tuple[str, int] | None:
@@ -40,7 +40,7 @@ def model_facts(model) -> dict[str, Any]:
     full = local = trainable = trainable_local = 0
     for p in model.parameters():
         if hasattr(p, "to_local"):
-            kind, n, k = "DTensor", p.numel(), p.tolocal().numel()
+            kind, n, k = "DTensor", p.numel(), p.to_local().numel()
         elif hasattr(p, "ds_numel"):
             kind, n, k = "ZeRO-3", int(p.ds_numel), int(p.ds_tensor.numel())
         elif getattr(p, "_is_flat_param", False) or type(p).__name__ == "FlatParameter":
