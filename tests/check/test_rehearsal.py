@@ -118,7 +118,7 @@ def test_fault_catalogue(tmp_path, name):
 def test_world_of_one_per_rank(tmp_path):
     build = compile_build(tmp_path, CPU2)
     rc, report, err = check(str(build), str(FAULTS / "driver.py"), str(tmp_path / "status.json"), *ALONE,
-                            cwd=tmp_path)
+                            cwd=tmp_path, extra_env={"TUNER_CHECK_STEPS": "20"})
     assert rc == 1, err[-3000:]
     assert json.loads((tmp_path / "status.json").read_text()) == {s: 0 for s in ALONE}
     got = faults(report)

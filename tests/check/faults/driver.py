@@ -19,9 +19,11 @@ status = {}
 
 
 def save():
-    if os.environ.get("RANK", "0") == "0":
-        with open(out, "w") as fh:
+    if os.environ.get("RANK", "0") == "0":  # every rank, if a script cleared RANK: each writes whole files
+        tmp = f"{out}.{os.getpid()}"
+        with open(tmp, "w") as fh:
             json.dump(status, fh)
+        os.replace(tmp, out)
 
 
 for item in scripts:
