@@ -21,10 +21,10 @@ from pathlib import Path
 from . import preflight
 from .findings import Report, fault
 
-#: Optimizer steps the rehearsal runs (then the ranks stop). Two is what the checks need: a
-#: backward after a step (zero_grad), a second lr of the schedule (a warmup's first step runs
-#: at lr 0 and moves nothing), batches to compare; a third step cost up to 17 s under load.
-STEPS = int(os.environ.get("TUNER_CHECK_STEPS", "2"))
+#: Optimizer steps the rehearsal runs (then the ranks stop). Not fewer: DeepSpeed's WarmupLR
+#: runs the first two steps at lr 0 (the zero2_offload example), and a step at lr 0 proves
+#: nothing about `lr` or `params-change`.
+STEPS = int(os.environ.get("TUNER_CHECK_STEPS", "3"))
 
 
 def launch_part(build_dir: Path, target: list[str] | None, machine_rank: int | None, main_address: str | None,
