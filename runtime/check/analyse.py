@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .findings import Finding, fault, ok, skipped
+from .planned import memory, schedule
 
 FSDP_FIX = ("pass the model and the optimizer to ONE `accelerator.prepare(model, optimizer, ...)` call, after "
             "building both, and use what it returns")
@@ -53,9 +54,9 @@ def analyse(arts, facts: dict[int, dict], ranks: list[int], own_trainer: bool) -
         per_rank = {r: v[i] for r, v in runs.items() if i < len(v)}
         label = "" if n == 1 else f" (Accelerator {i + 1} of {n})"
         found = _one_run(arts, per_rank, own_trainer)
-        for f in found:
-            f.saw += label
-            f.run = i + 1 if n > 1 else 0
+        for finding in found:
+            finding.saw += label
+            finding.run = i + 1 if n > 1 else 0
         out += found
     return out
 
@@ -65,9 +66,7 @@ def _one_run(arts, runs: dict[int, dict], own_trainer: bool) -> list[Finding]:
     for check in (_world, _dist_type, _prepared, _sharding, _data, _trainable, _optimizer, _steps, _changed, _grads,
                   _loss, _lr, _ds_batch, _precision, _dtypes):
         out += check(arts, runs)
-    if own_trainer:
-        out += _memory(arts, runs) + _schedule(arts, runs)
-    return out
+    return out + memory(arts, runs, own_trainer) + schedule(arts, runs, own_trainer)
 
 
 def _world(arts, runs) -> list[Finding]:
@@ -296,29 +295,6 @@ def _lr(arts, runs) -> list[Finding]:
     return [ok("lr", "all", "steps at lr " + ", ".join(f"{x:.3g}" for x in run["lr"]))]
 
 
-def _schedule(arts, runs) -> list[Finding]:
-    """tuner's own trainer: the learning rate of each rehearsed step is the settings' schedule."""
-    t = arts.settings.training
-    r, run = next(iter(runs.items()))
-    if arts.plan.uses_deepspeed or t.max_steps <= 0 or not run["lr"]:
-        return [skipped("lr", "all", "schedule not compared (DeepSpeed's scheduler, or an epoch-based run)")]
-    import torch
-    from tuner.runtime.optim import lr_schedule
-
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=t.learning_rate)
-    sched = lr_schedule(t.lr_scheduler, opt, t.warmup_steps, t.max_steps)
-    want = []
-    for _ in run["lr"]:
-        want.append(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step()
-    if any(abs(a - b) > 1e-9 + 1e-6 * abs(b) for a, b in zip(run["lr"], want, strict=True)):
-        return [fault("lr", "all", f"steps at lr {run['lr']}; the settings' {t.lr_scheduler} schedule (warmup "
-                      f"{t.warmup_steps}, {t.max_steps} steps) gives {want}",
-                      "step the scheduler once per optimizer step (not per micro-batch or per rank)")]
-    return [ok("lr", "all", f"follows the {t.lr_scheduler} schedule: " + ", ".join(f"{x:.3g}" for x in run["lr"]))]
-
-
 def _ds_batch(arts, runs) -> list[Finding]:
     r, run = next(iter(runs.items()))
     ds = run.get("ds")
@@ -372,22 +348,3 @@ def _dtypes(arts, runs) -> list[Finding]:
                       "cast the model to one dtype before prepare (model.to(torch.float32)); FSDP flattens/communicates "
                       "per dtype and mixed precision expects one")]
     return [ok("dtypes", "all", ", ".join(dtypes) or "no model")]
-
-
-def _memory(arts, runs) -> list[Finding]:
-    from tuner.compiler.estimate import estimate
-
-    est = estimate(arts.settings, arts.plan, None, base_dir=arts.base_dir)
-    if est is None or est.chosen is None:
-        return [skipped("memory", "all", "no estimate for this model")]
-    want = sum(est.chosen.rank_state(k) for k in ("params", "grads", "optimizer", "master"))
-    out = []
-    for r, run in runs.items():
-        got = (run.get("state_bytes") or {}).get("total")
-        if not got:
-            continue
-        if abs(got - want) > 0.10 * want:
-            out.append(fault("memory", f"rank {r}", f"holds {got / 2**20:.2f} MiB of model state; the estimate says "
-                             f"{want / 2**20:.2f} MiB", "check the sharding above; if it is right, report the "
-                             "estimate's error (tuner estimate)"))
-    return out or [ok("memory", "all", f"within 10% of the estimate ({want / 2**20:.2f} MiB per rank)")]

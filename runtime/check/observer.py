@@ -19,11 +19,14 @@ bootstrap (a person's script) and the worker (tuner's trainer) run inside it, an
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
+import time
 from typing import Any
+
+from . import tensors
+from .tensors import checksum, fingerprint, local, model_facts
 
 DIR_ENV, STEPS_ENV = "TUNER_CHECK_DIR", "TUNER_CHECK_STEPS"
 BATCHES = 3  # fingerprinted forward calls per run
@@ -57,6 +60,12 @@ def _safe(fn):
 
 
 _errors: list[str] = []
+_marks: dict[str, float] = {}  # phase -> wall-clock time (time.time()) on this rank: where the rehearsal's time goes
+
+
+def _mark(name: str, first: bool = True) -> None:
+    if not first or name not in _marks:
+        _marks[name] = time.time()
 _launch_env: dict[str, str] = {}  # RANK / WORLD_SIZE as the launcher set them (a script may change them)
 
 
@@ -71,6 +80,7 @@ def rehearsal():
         yield
         return
     install()
+    _mark("observer")
     _launch_env.update(rank=os.environ.get("RANK", "0"), world=os.environ.get("WORLD_SIZE", "1"))
     error = None
     try:
@@ -134,6 +144,7 @@ def install() -> None:
     init, backward = Accelerator.__init__, Accelerator.backward
 
     def __init__(self, *args, **kwargs):
+        _mark("accelerator")
         init(self, *args, **kwargs)
         run = _new_run(self)
         _runs.append(run)
@@ -149,11 +160,15 @@ def install() -> None:
             before = [a for a in args if isinstance(a, torch.nn.Module)]
             if before and run["model"] is None:
                 run["dtypes"] = sorted({str(p.dtype).replace("torch.", "") for p in before[0].parameters()})
+            if before:
+                _mark("prepare")
             _depth.append(1)
             try:
                 result = original(self, *args, **kwargs)
             finally:
                 _depth.pop()
+            if before:
+                _mark("prepared", first=False)
             items = tuple(result) if isinstance(result, (tuple, list)) else (result,)
             _note_prepared(run, items, self)
             return result
@@ -185,64 +200,14 @@ def install() -> None:
     register_optimizer_step_post_hook(_post_step)
 
 
-def _local(t):
-    return t.to_local() if hasattr(t, "to_local") else t
-
-
 @_safe
 def _left_over(model) -> bool:
     """Gradients still there at the first backward after a step: nobody zeroed them."""
     for p in model.parameters():
         g = getattr(p, "grad", None)
-        if g is not None and bool(_local(g).abs().sum() > 0):
+        if g is not None and bool(local(g).abs().sum() > 0):
             return True
     return False
-
-
-def _fingerprint(value) -> tuple[str, int] | None:
-    import torch
-
-    tensors = []
-
-    def walk(v):
-        if isinstance(v, torch.Tensor):
-            tensors.append(v)
-        elif isinstance(v, dict):
-            for k in sorted(v, key=str):
-                walk(v[k])
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x)
-
-    walk(value)
-    if not tensors:
-        return None
-    h = hashlib.sha1()
-    for t in tensors:
-        h.update(_local(t).detach().float().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16], int(tensors[0].shape[0]) if tensors[0].dim() else 1
-
-
-def _model_facts(model) -> dict[str, Any]:
-    kinds: dict[str, int] = {}
-    full = local = trainable = trainable_local = 0
-    for p in model.parameters():
-        if hasattr(p, "to_local"):
-            kind, n, k = "DTensor", p.numel(), p.to_local().numel()
-        elif hasattr(p, "ds_numel"):
-            kind, n, k = "ZeRO-3", int(p.ds_numel), int(p.ds_tensor.numel())
-        elif getattr(p, "_is_flat_param", False) or type(p).__name__ == "FlatParameter":
-            size = getattr(p, "_unpadded_unsharded_size", None)
-            kind, n, k = "FlatParameter", int(size.numel()) if size is not None else p.numel(), p.numel()
-        else:
-            kind, n, k = "Tensor", p.numel(), p.numel()
-        kinds[kind] = kinds.get(kind, 0) + 1
-        full, local = full + n, local + k
-        if p.requires_grad:
-            trainable, trainable_local = trainable + n, trainable_local + k
-    return {"kinds": kinds, "numel": full, "local_numel": local, "trainable": trainable,
-            "trainable_local": trainable_local, "type": type(model).__name__,
-            "dtypes": sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()})}
 
 
 @_safe
@@ -253,7 +218,7 @@ def _note_prepared(run, items, acc) -> None:
         name = type(obj).__name__
         if isinstance(obj, torch.nn.Module):
             run["prepared"]["models"] += 1
-            run["model"] = _model_facts(obj)
+            run["model"] = model_facts(obj)
             _models[len(_runs) - 1] = obj
             obj.register_forward_pre_hook(_forward_hook(run), with_kwargs=True)
             leaf = next((x for x in obj.modules()
@@ -281,7 +246,7 @@ def _forward_hook(run):
     def hook(module, args, kwargs):
 
         if len(run["batches"]) < BATCHES:
-            fp = _fingerprint([args, kwargs])
+            fp = fingerprint([args, kwargs])
             if fp is not None:
                 run["batches"].append(fp[0])
                 run["batch_sizes"].append(fp[1])
@@ -299,18 +264,6 @@ def _autocast_hook(run):
     return hook
 
 
-def _params(opt):
-    return [p for g in opt.param_groups for p in g["params"]]
-
-
-def _checksum(params) -> list[float]:
-    out = []
-    for p in params:
-        t = _local(p).detach().double()
-        out += [float(t.sum()), float((t * t).sum())]
-    return out
-
-
 _before: dict[int, list[float]] = {}
 
 
@@ -320,8 +273,8 @@ def _pre_step(opt, args, kwargs) -> None:
     limit = int(os.environ.get(STEPS_ENV, "0") or 0)
     if limit and run["steps"] >= limit:  # the rehearsal's steps are done: end the script here
         raise RehearsalDone()
-    params = _params(opt)
-    grads = [_local(p.grad) for p in params if getattr(p, "grad", None) is not None]
+    params = tensors.params(opt)
+    grads = [local(p.grad) for p in params if getattr(p, "grad", None) is not None]
     finite = all(bool(g.isfinite().all()) for g in grads)
     nonzero = any(bool(g.abs().sum() > 0) for g in grads)
     run["grads"].append({"with_grad": len(grads), "params": len(params), "finite": finite, "nonzero": nonzero})
@@ -329,6 +282,10 @@ def _pre_step(opt, args, kwargs) -> None:
     if run["optimizer"] is None:
         ids = {id(p) for p in params}
         info: dict[str, Any] = {"params": len(params), "type": type(opt).__name__}
+        # A torch LR scheduler writes its base lr into the groups: the script's schedule starts there.
+        initial = [float(g["initial_lr"]) for g in opt.param_groups if "initial_lr" in g]
+        if initial:
+            info["initial_lr"] = max(initial)
         if model is not None and run["ds"] is None:
             trainable = [p for p in model.parameters() if p.requires_grad]
             info["trainable_in_model"] = len(trainable)
@@ -338,16 +295,17 @@ def _pre_step(opt, args, kwargs) -> None:
             info["frozen_held"] = sum(1 for p in params if not p.requires_grad)
         run["optimizer"] = info
     if not run["changed"]:  # until a step is seen to move the parameters
-        _before[id(opt)] = _checksum(params)
+        _before[id(opt)] = checksum(params)
 
 
 @_safe
 def _post_step(opt, args, kwargs) -> None:
     run = _run()
     run["steps"] += 1
+    _mark("step 1" if run["steps"] == 1 else "last step", first=False)
     run["lr"].append(max((float(g.get("lr", 0.0)) for g in opt.param_groups), default=0.0))
     if not run["changed"] and id(opt) in _before:
-        moved = _checksum(_params(opt)) != _before.pop(id(opt))
+        moved = checksum(tensors.params(opt)) != _before.pop(id(opt))
         # A step at lr 0 (the first step of a warmup) moves nothing: it proves nothing either.
         if moved or run["lr"][-1] > 0:
             run["changed"] = moved
@@ -358,6 +316,13 @@ def _post_step(opt, args, kwargs) -> None:
 
             with contextlib.suppress(Exception):
                 run["state_bytes"] = rank_state_bytes(model, opt)
+    limit = int(os.environ.get(STEPS_ENV, "0") or 0)
+    accumulation = int((run["accelerator"] or {}).get("accumulation", 1))
+    if limit and run["steps"] >= limit and run["backwards"] >= accumulation:
+        # Done: end here rather than at the next step's first micro-batch (one forward and
+        # backward fewer per rank). With fewer backward passes than the accumulation, go on to
+        # the next step, so that a loop without accumulate() shows (optimizer-step).
+        raise RehearsalDone()
 
 
 @_safe
@@ -373,12 +338,23 @@ def _after_ds_step(run, engine) -> None:
             run["state_bytes"] = rank_state_bytes(engine, None)
 
 
+def _process_start() -> float | None:
+    try:
+        import psutil  # type: ignore[import-untyped]  # accelerate's dependency
+
+        return float(psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - the timing is a nicety
+        return None
+
+
 def write(error: str | None = None) -> None:
     d = os.environ.get(DIR_ENV)
     if not d:
         return
     rank = _launch_env.get("rank") or os.environ.get("RANK", "0")
-    data = {"rank": int(rank), "env_world": int(_launch_env.get("world") or os.environ.get("WORLD_SIZE", "1")),
+    _mark("write")
+    data = {"rank": int(rank), "marks": {"process": _process_start(), **_marks},
+            "env_world": int(_launch_env.get("world") or os.environ.get("WORLD_SIZE", "1")),
             "runs": [r for r in _runs if r["accelerator"] is not None or r["backwards"] or r["steps"]],
             "error": error, "observer_errors": _errors}
     os.makedirs(d, exist_ok=True)

@@ -21,7 +21,9 @@ from pathlib import Path
 from . import preflight
 from .findings import Report, fault
 
-#: Optimizer steps the rehearsal runs (then the ranks stop).
+#: Optimizer steps the rehearsal runs (then the ranks stop). Not fewer: DeepSpeed's WarmupLR
+#: runs the first two steps at lr 0 (the zero2_offload example), and a step at lr 0 proves
+#: nothing about `lr` or `params-change`.
 STEPS = int(os.environ.get("TUNER_CHECK_STEPS", "3"))
 
 
@@ -72,7 +74,7 @@ def rehearse(arts, topo, target: list[str] | None, report: Report, quiet_stdout:
     from .analyse import analyse, read_facts
     from .observer import DIR_ENV, STEPS_ENV
 
-    t0 = time.monotonic()
+    t0, wall0 = time.monotonic(), time.time()
     ppm = max(1, int(arts.plan.processes_per_machine))
     ranks = list(range(topo.machine_rank * ppm, (topo.machine_rank + 1) * ppm))
     with tempfile.TemporaryDirectory(prefix="tuner-check-") as d:
@@ -88,13 +90,34 @@ def rehearse(arts, topo, target: list[str] | None, report: Report, quiet_stdout:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+        wall1 = time.time()
         facts = read_facts(Path(d), ranks)
+    report.timings.update(phases(facts, wall0, wall1))
     findings = analyse(arts, facts, ranks, own_trainer=not target)
+    report.timings["rehearsal: judging"] = round(time.time() - wall1, 2)
     if rc not in (0, None) and not any(f.check == "rehearsal" for f in findings):
         findings.append(fault("rehearsal", f"machine {topo.machine_rank}", f"the ranks exited with status {rc}",
                               "see the ranks' output above"))
     report.add(findings)
     report.timings["rehearsal"] = round(time.monotonic() - t0, 2)
+
+
+#: The rehearsal's phases, between the observer's marks (observer._mark) on the slowest rank.
+PHASES = (("ranks start", "launch", "process"), ("imports", "process", "observer"),
+          ("to Accelerator", "observer", "accelerator"), ("model build", "accelerator", "prepare"),
+          ("prepare", "prepare", "prepared"), ("step 1", "prepared", "step 1"), ("later steps", "step 1", "write"),
+          ("teardown", "write", "end"))
+
+
+def phases(facts: dict[int, dict], start: float, end: float) -> dict[str, float]:
+    """Seconds per phase of the rehearsal (where its time goes), from the ranks' marks."""
+    out: dict[str, float] = {}
+    marks = [{"launch": start, "end": end, **{k: v for k, v in f.get("marks", {}).items() if v}} for f in facts.values()]
+    for name, a, b in PHASES:
+        got = [m[b] - m[a] for m in marks if a in m and b in m]
+        if got:
+            out[f"rehearsal: {name}"] = round(max(got), 2)
+    return out
 
 
 @contextlib.contextmanager

@@ -1,0 +1,103 @@
+"""The rehearsal's checks against what the settings plan in numbers: per-rank model state vs
+the estimate (`memory`) and the learning rate of each step vs the settings' schedule
+(`schedule`). Both run for tuner's own trainer, and for a script when it trains what the
+settings describe (the estimate's model; a scheduler starting at the settings' learning rate):
+anything else is the script's own choice and is skipped, with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .findings import Finding, fault, ok, skipped
+
+
+def schedule(arts, runs, own_trainer: bool) -> list[Finding]:
+    """The learning rate of each rehearsed step is the settings' schedule: tuner's own trainer,
+    and a script whose optimizer starts at the settings' learning rate under a torch LR
+    scheduler (``initial_lr`` in its param groups: the script means the settings' schedule)."""
+    t = arts.settings.training
+    r, run = next(iter(runs.items()))
+    if arts.plan.uses_deepspeed or t.max_steps <= 0 or not run["lr"]:
+        return [skipped("lr", "all", "schedule not compared (DeepSpeed's scheduler, or an epoch-based run)")]
+    if not own_trainer:
+        base = (run.get("optimizer") or {}).get("initial_lr")
+        if base is None or abs(base - t.learning_rate) > 1e-6 * t.learning_rate:
+            return [skipped("lr", "all", "schedule not compared: the script's optimizer starts at "
+                            f"{'no LR scheduler' if base is None else f'lr {base:.3g}'}, not a scheduler at the "
+                            f"settings' learning_rate {t.learning_rate:.3g}")]
+    want = planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps, t.max_steps, len(run["lr"]))
+    if any(abs(a - b) > 1e-9 + 1e-6 * abs(b) for a, b in zip(run["lr"], want, strict=True)):
+        return [fault("lr", "all", f"steps at lr {run['lr']}; the settings' {t.lr_scheduler} schedule (warmup "
+                      f"{t.warmup_steps}, {t.max_steps} steps) gives {want}",
+                      "step the scheduler once per optimizer step (not per micro-batch or per rank)")]
+    return [ok("lr", "all", f"follows the {t.lr_scheduler} schedule: " + ", ".join(f"{x:.3g}" for x in run["lr"]))]
+
+
+#: Schedules computed here as transformers' `get_scheduler` lambdas compute them: importing
+#: transformers in the launcher to judge 3 steps took 30-70 s under load (docs/benchmarks.md).
+FORMULAS = ("constant", "constant_with_warmup", "linear", "cosine")
+
+
+def planned_lrs(kind: str, lr: float, warmup: int, total: int, n: int) -> list[float]:
+    """The learning rate of optimizer steps 1..n under the settings' schedule
+    (runtime/optim.py: `lr_schedule`, tuner's "constant" warms up when warmup_steps is set)."""
+    if kind not in FORMULAS:  # the rarer schedules: transformers' own code
+        return _lrs_from_transformers(kind, lr, warmup, total, n)
+    total = max(1, total)
+    out = []
+    for step in range(n):  # the scheduler's count when step + 1 runs
+        if kind == "constant" and not warmup:
+            factor = 1.0
+        elif step < warmup:
+            factor = step / max(1, warmup)
+        elif kind in ("constant", "constant_with_warmup"):
+            factor = 1.0
+        elif kind == "linear":
+            factor = max(0.0, (total - step) / max(1, total - warmup))
+        else:  # cosine, half a cycle
+            progress = (step - warmup) / max(1, total - warmup)
+            factor = max(0.0, 0.5 * (1.0 + math.cos(math.pi * 0.5 * 2.0 * progress)))
+        out.append(lr * factor)
+    return out
+
+
+def _lrs_from_transformers(kind: str, lr: float, warmup: int, total: int, n: int) -> list[float]:
+    import torch
+    from tuner.runtime.optim import lr_schedule
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    sched = lr_schedule(kind, opt, warmup, total)
+    out = []
+    for _ in range(n):
+        out.append(float(opt.param_groups[0]["lr"]))
+        opt.step()
+        sched.step()
+    return out
+
+
+def memory(arts, runs, own_trainer: bool) -> list[Finding]:
+    """Per-rank model state vs the estimate: tuner's own trainer, and a script that trains the
+    settings' model (the same parameter count as the estimate's model)."""
+    from tuner.compiler.estimate import estimate
+
+    est = estimate(arts.settings, arts.plan, None, base_dir=arts.base_dir)
+    if est is None or est.chosen is None:
+        return [skipped("memory", "all", "no estimate for this model")]
+    if not own_trainer:
+        m = next(iter(runs.values())).get("model") or {}
+        want_n = est.model.parameters if est.model else 0
+        if not m or m.get("numel") != want_n:
+            return [skipped("memory", "all", f"not compared: the script's model has {m.get('numel', 0):,} "
+                            f"parameters, the settings' model {want_n:,}")]
+    want = sum(est.chosen.rank_state(k) for k in ("params", "grads", "optimizer", "master"))
+    out = []
+    for r, run in runs.items():
+        got = (run.get("state_bytes") or {}).get("total")
+        if not got:
+            continue
+        if abs(got - want) > 0.10 * want:
+            out.append(fault("memory", f"rank {r}", f"holds {got / 2**20:.2f} MiB of model state; the estimate says "
+                             f"{want / 2**20:.2f} MiB", "check the sharding above; if it is right, report the "
+                             "estimate's error (tuner estimate)"))
+    return out or [ok("memory", "all", f"within 10% of the estimate ({want / 2**20:.2f} MiB per rank)")]
