@@ -16,7 +16,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # DeepSpeed's JIT-built ops live with this environment (their build records its paths, so
 # environments at other paths sharing ~/.cache/torch_extensions would rebuild them in turn).
 export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$PWD/.venv/torch_extensions}"
-if ! python -c "import torch" >/dev/null 2>&1; then
+# Found without importing it (a warm rerun's set-up stays well under a second; importing torch
+# takes seconds): a broken install is reported by the first test that imports it.
+if ! python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)" >/dev/null 2>&1; then
     echo "installing ${TUNER_TORCH:-torch==2.13.0} ... (log: .venv/install.log)"
     # shellcheck disable=SC2086
     pip install ${TUNER_TORCH:-torch==2.13.0} >>.venv/install.log 2>&1 || { tail -30 .venv/install.log; exit 1; }

@@ -2,7 +2,8 @@
 `HfArgumentParser(TrainingArguments)` (issue 23 item 7), not by tuner's table: a value means
 what the Trainer makes of it, a value the parser refuses is refused naming the key, a key
 TrainingArguments lacks is listed as not imported, and ms-swift's `torch_dtype` sets the
-precision as ms-swift does. Each import runs the parser in a subprocess (~10 s here)."""
+precision as ms-swift does. `tuner import` runs the parser in a subprocess (~10 s here); the
+first test goes through it, the others call the same parser in this process (conftest.py)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def _settings(paths: list[Path], tmp_path: Path):
     return imported, result.settings
 
 
+@pytest.mark.hf_parser_subprocess  # the one test here through its subprocess
 def test_values_spelled_for_the_trainers_parser_mean_what_the_trainer_reads(tmp_path):
     args = {"per_device_train_batch_size": "2", "gradient_accumulation_steps": "4", "bf16": "true",
             "lr_scheduler_type": "cosine", "output_dir": "out"}
