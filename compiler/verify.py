@@ -21,6 +21,7 @@ which `tuner compile` checks raw configs against without DeepSpeed (a test re-de
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
 import enum
@@ -128,32 +129,34 @@ def ports_free():
         launch.is_port_in_use = saved
 
 
-def accelerate_launch_env(yaml_path: Path, monkeypatch=None) -> dict[str, str]:
-    """The environment `accelerate launch --config_file YAML` would give each rank.
-
-    Runs accelerate's own argument validation and env preparation (no processes started).
-    For DeepSpeed, with `monkeypatch`, it also constructs accelerate's DeepSpeedPlugin in that
-    environment, which is where accelerate refuses keys it forbids beside a config file.
+def launch_env(flags: list[str], *, check_port: bool = True) -> tuple[argparse.Namespace, dict[str, str]]:
+    """accelerate's parsed launch arguments and the whole environment each rank gets from
+    `accelerate launch FLAGS SCRIPT`, derived by accelerate's own code (`_validate_launch_command`,
+    then `prepare_deepspeed_cmd_env` for DeepSpeed, else `prepare_multi_gpu_env`); no process is
+    started. The one derivation: `tuner compile --verify` and the runtime's CPU launcher
+    (`runtime/launch_env.accelerate_env`) both call it. `check_port=False` skips accelerate's
+    refusal of a main port that a process on this host holds (the host's state, not the build's).
     """
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
     from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
 
-    args = launch_command_parser().parse_args(["--config_file", str(yaml_path), "train.py"])
-    args, defaults, mp_from_config = _validate_launch_command(args)
-    if args.use_deepspeed:
-        fields = list(defaults.deepspeed_config.keys()) + (["mixed_precision"] if mp_from_config else [])
-        args.deepspeed_fields_from_accelerate_config = ",".join(fields)
-        _, env = prepare_deepspeed_cmd_env(args)
-        if monkeypatch is not None:
-            for key, value in env.items():
-                monkeypatch.setenv(key, value)
-            from accelerate.utils import DeepSpeedPlugin
+    with contextlib.nullcontext() if check_port else ports_free():
+        args = launch_command_parser().parse_args([*flags, "tuner-worker"])
+        args, defaults, mp_from_config = _validate_launch_command(args)
+        if args.use_deepspeed:
+            fields = list(defaults.deepspeed_config.keys()) if defaults else []
+            if mp_from_config:
+                fields.append("mixed_precision")
+            args.deepspeed_fields_from_accelerate_config = ",".join(fields)
+            _, env = prepare_deepspeed_cmd_env(args)
+        else:
+            env = prepare_multi_gpu_env(args)
+    return args, dict(env)
 
-            DeepSpeedPlugin()  # raises if the YAML repeats a key accelerate forbids
-        return dict(env)
-    if args.multi_gpu or args.use_fsdp:
-        return dict(prepare_multi_gpu_env(args))
-    return {k: v for k, v in os.environ.items() if k.startswith("ACCELERATE_")}
+
+def accelerate_launch_env(yaml_path: Path) -> dict[str, str]:
+    """The environment `accelerate launch --config_file YAML` would give each rank (`launch_env`)."""
+    return launch_env(["--config_file", str(yaml_path)], check_port=False)[1]
 
 
 @contextlib.contextmanager
@@ -239,7 +242,7 @@ def _verify_in_project(yaml_path: Path, plan: dict, settings: dict, problems: li
         import torch
 
         fake = plan["platform"] != "cpu" and not torch.cuda.is_available()
-        with pretend_cuda() if fake else contextlib.nullcontext(), ports_free():
+        with pretend_cuda() if fake else contextlib.nullcontext():
             env = accelerate_launch_env(yaml_path)
         if plan["uses_deepspeed"]:
             steps = "building accelerate's DeepSpeedPlugin"
