@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        if strategy.startswith("zero") and not torch.distributed.is_initialized():
+        if strategy.is_deepspeed and not torch.distributed.is_initialized():
             import deepspeed
 
             timeout = timedelta(seconds=float(os.environ.get("TUNER_PG_TIMEOUT", "300")))

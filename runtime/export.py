@@ -24,7 +24,7 @@ from .artefacts import RunError
 def full_state_dict(path: Path, meta: ckpt.CheckpointMeta) -> dict:
     import torch
 
-    if meta.strategy.startswith("zero"):
+    if meta.strategy.is_deepspeed:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
         return dict(get_fp32_state_dict_from_zero_checkpoint(str(path)))

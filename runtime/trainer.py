@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import torch
+from tuner.compiler.strategy import Strategy
 
 from . import checkpoint as ckpt
 from . import cpu_shim, tracking
@@ -41,7 +42,7 @@ class Trainer:
         self.resume_arg = resume or self.s.checkpoint.resume
         self.max_steps_override = max_steps
         self.strategy = arts.plan.strategy
-        self.is_ds = self.strategy.startswith("zero")
+        self.is_ds = self.strategy.is_deepspeed
         self.out = arts.output_dir
         self.ckdir = ckpt.checkpoints_dir(self.out)
         self.callbacks = Callbacks(callbacks)  # runtime/callbacks.py: your code, on every rank
@@ -88,7 +89,7 @@ class Trainer:
         self.rank = self.acc.process_index
         self.world = self.acc.num_processes
         self.trackers = tracking.start(self.acc, self.s, self.out, self.arts.base_dir)
-        if self.strategy == "fsdp1":
+        if self.strategy is Strategy.FSDP1:
             warnings.warn("FSDP v1 is deprecated; use fsdp.version = 2", DeprecationWarning, stacklevel=1)
             self.say("warning: FSDP v1 is deprecated; FSDP2 (fsdp.version = 2) shards per parameter and supports LoRA")
 
@@ -118,7 +119,7 @@ class Trainer:
         for p in model.parameters():
             dtypes[str(p.dtype).replace("torch.", "")] = dtypes.get(str(p.dtype).replace("torch.", ""), 0) + p.numel()
         notes = ["parameter dtypes: " + ", ".join(f"{k} ({v:,})" for k, v in sorted(dtypes.items()))]
-        if len(dtypes) > 1 and self.strategy == "fsdp1":
+        if len(dtypes) > 1 and self.strategy is Strategy.FSDP1:
             model.to(torch.float32)
             notes.append("FSDP v1 needs one dtype per flat parameter: all parameters cast to float32")
         return notes
