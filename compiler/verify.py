@@ -130,13 +130,10 @@ def ports_free():
 
 
 def launch_env(flags: list[str], *, check_port: bool = True) -> tuple[argparse.Namespace, dict[str, str]]:
-    """accelerate's parsed launch arguments and the whole environment each rank gets from
-    `accelerate launch FLAGS SCRIPT`, derived by accelerate's own code (`_validate_launch_command`,
-    then `prepare_deepspeed_cmd_env` for DeepSpeed, else `prepare_multi_gpu_env`); no process is
-    started. The one derivation: `tuner compile --verify` and the runtime's CPU launcher
-    (`runtime/launch_env.accelerate_env`) both call it. `check_port=False` skips accelerate's
-    refusal of a main port that a process on this host holds (the host's state, not the build's).
-    """
+    """accelerate's parsed arguments and each rank's whole environment for `accelerate launch FLAGS
+    SCRIPT`, by accelerate's own code (`_validate_launch_command`, `prepare_deepspeed_cmd_env` /
+    `prepare_multi_gpu_env`); starts nothing. The one derivation: `--verify` and the runtime's CPU
+    launcher call it. `check_port=False`: a port busy on this host is the host's state, not refused."""
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
     from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
 
@@ -144,9 +141,7 @@ def launch_env(flags: list[str], *, check_port: bool = True) -> tuple[argparse.N
         args = launch_command_parser().parse_args([*flags, "tuner-worker"])
         args, defaults, mp_from_config = _validate_launch_command(args)
         if args.use_deepspeed:
-            fields = list(defaults.deepspeed_config.keys()) if defaults else []
-            if mp_from_config:
-                fields.append("mixed_precision")
+            fields = [*(defaults.deepspeed_config if defaults else ()), *(["mixed_precision"] if mp_from_config else [])]
             args.deepspeed_fields_from_accelerate_config = ",".join(fields)
             _, env = prepare_deepspeed_cmd_env(args)
         else:

@@ -167,7 +167,7 @@ def manifest_problem(manifest: Any) -> str | None:
         return f"settings.{'.'.join(map(str, error.absolute_path))}: {error.message}"
     for key, kind in _PLAN_TYPES.items():
         value = plan.get(key)
-        if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < 1)):
+        if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or (isinstance(value, int) and value < 1))):
             return f"plan.{key} is {value!r}"
     if set(plan) - set(_PLAN_TYPES):
         return f"unknown plan keys {', '.join(sorted(set(plan) - set(_PLAN_TYPES)))}"

@@ -94,7 +94,7 @@ def meta_problem(ckpt: Path) -> str | None:
                 return f"{META}: {key} is missing"
             continue
         value = data[key]
-        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < (key == "world_size")):
+        if not isinstance(value, kind) or isinstance(value, bool) or (isinstance(value, int) and value < (key == "world_size")):
             return f"{META}: {key} is {value!r}"
     if set(data) - set(_META_TYPES):
         return f"{META}: unknown keys {', '.join(sorted(set(data) - set(_META_TYPES)))}"

@@ -185,12 +185,13 @@ def _apply(strategy: Strategy, given: dict[str, Any]) -> list[str]:
     changes: list[str] = []
     shared = [PartialState._shared_state, AcceleratorState._shared_state]
 
+    def show(v: Any) -> Any:
+        return type(v).__name__ if hasattr(v, "__dataclass_fields__") else getattr(v, "name", v)
+
     def put(key: str, value: Any) -> None:
         for st in shared:
             if st.get(key) is not value and st.get(key) != value:
                 if st is shared[1]:
-                    show = (lambda v: type(v).__name__ if hasattr(v, "__dataclass_fields__") else
-                            getattr(v, "name", v))
                     changes.append(f"{key}: {show(st.get(key))} -> {show(value)}")
                 st[key] = value
 

@@ -39,7 +39,7 @@ class Topology:
 
     @classmethod
     def resolve(cls, arts: Artefacts, machine_rank: int | None = None, main_address: str | None = None,
-                main_port: int | None = None) -> "Topology":
+                main_port: int | None = None) -> Topology:
         """Flag, else the scheduler's environment, else the compiled value."""
         topo = arts.manifest.get("topology", {})
         n = int(topo.get("num_machines", 1) or 1)
@@ -70,7 +70,8 @@ class Topology:
             try:
                 main_port = int(found[1]) if found else int(topo.get("main_process_port") or 29500)
             except ValueError:
-                raise RunError(f"${found[0]} = {found[1]!r} is not a port number") from None
+                name, raw = found or ("hardware.main_process_port", str(topo.get("main_process_port")))
+                raise RunError(f"${name} = {raw!r} is not a port number") from None
         # Every machine's launcher must name the same rendezvous; a scheduler's job id
         # keeps two jobs from one build apart.
         job = os.environ.get("TUNER_RUN_ID") or os.environ.get("SLURM_JOB_ID") or ""

@@ -13,9 +13,10 @@ import contextlib
 import os
 import time
 import warnings
+from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 from tuner.compiler.strategy import Strategy
@@ -291,7 +292,7 @@ class Trainer:
         metrics = self.fam.evaluate(self.model, self.val_loader, self.acc)
         self.model.train()
         self.reporter.log(self.step, metrics)
-        self.reporter.message("step {}: ".format(self.step) + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        self.reporter.message(f"step {self.step}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         return metrics
 
     # -- checkpoints --------------------------------------------------------------------
@@ -305,7 +306,10 @@ class Trainer:
             self.callbacks.fire("on_save", self, tmp)
             self.fam.save_state(tmp, self.acc)
         except Exception as exc:
-            raise _no_space(exc, tmp) or exc
+            full = _no_space(exc, tmp)
+            if full is None:
+                raise
+            raise full from exc
         self.acc.wait_for_everyone()  # every rank has written its part
         final = self.ckdir / ckpt.step_dir_name(self.step)
         if self.main:
@@ -341,7 +345,10 @@ class Trainer:
             try:
                 export_model_dir(lambda target: self.fam.export(state, target), out_dir, f"run {self.out}")
             except Exception as exc:
-                raise _no_space(exc, out_dir) or exc
+                full = _no_space(exc, out_dir)
+                if full is None:
+                    raise
+                raise full from exc
             print(f"exported full model: {out_dir}", flush=True)
         self.acc.wait_for_everyone()
 

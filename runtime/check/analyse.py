@@ -54,11 +54,11 @@ def analyse(arts, facts: dict[int, dict], ranks: list[int], own_trainer: bool) -
     for i in range(n):
         per_rank = {r: v[i] for r, v in runs.items() if i < len(v)}
         label = "" if n == 1 else f" (Accelerator {i + 1} of {n})"
-        found = _one_run(arts, per_rank, own_trainer)
-        for f in found:
-            f.saw += label
-            f.run = i + 1 if n > 1 else 0
-        out += found
+        findings = _one_run(arts, per_rank, own_trainer)
+        for finding in findings:
+            finding.saw += label
+            finding.run = i + 1 if n > 1 else 0
+        out += findings
     return out
 
 
