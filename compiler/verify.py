@@ -39,6 +39,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from .diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from .emit import ACCELERATE_YAML, DEEPSPEED_JSON, MANIFEST_JSON
 
 REQUIRED = ("accelerate", "torch")
 
@@ -216,14 +217,14 @@ def accelerate_filled(config: dict[str, Any], settings: dict[str, Any], world_si
 def verify_build(build_dir: Path) -> list[str]:
     """Run the packages' own checks on a build; returns what they refused (empty = accepted)."""
     build_dir = Path(build_dir).resolve()
-    manifest = json.loads((build_dir / "manifest.json").read_text(encoding="utf-8"))
+    manifest = json.loads((build_dir / MANIFEST_JSON).read_text(encoding="utf-8"))
     plan, settings = manifest["plan"], manifest["settings"]
     problems: list[str] = []
     sf = manifest.get("settings_file")
     project = (build_dir / sf).resolve().parent if sf else build_dir.parent
     try:
         with contextlib.chdir(project):  # where the artefacts' relative paths point
-            _verify_in_project(build_dir / "accelerate.yaml", plan, settings, problems)
+            _verify_in_project(build_dir / ACCELERATE_YAML, plan, settings, problems)
     except Exception as exc:  # the packages' verdict, reported as such
         problems.append(f"{type(exc).__name__}: {exc}")
     return problems
@@ -387,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"verify: {build}: refused by the packages' own checks:")
             for p in problems:
                 print(f"  {p}")
-        elif (Path(build) / "deepspeed.json").exists():
+        elif (Path(build) / DEEPSPEED_JSON).exists():
             print("verify: accelerate and DeepSpeed accept the build")
         else:
             print("verify: accelerate accepts the build")
