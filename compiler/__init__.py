@@ -31,6 +31,7 @@ from .normalise import normalise
 from .rules import Plan, check
 from .settings import Settings
 from .source import Source, SourceError, parse_settings_text, read_settings
+from .strategy import Strategy
 
 __all__ = [
     "CompileResult", "compile_file", "compile_text", "compile_source", "compile_inputs", "gather",
@@ -118,7 +119,7 @@ def compile_inputs(inputs: CompileInputs) -> CompileResult:
         ds_cfg, s = deepspeed_config.build(s, plan.data_parallel_size, n.explicit, diags, inputs.disk,
                                            model_facts.nvme_bytes(s, plan, found))
         # The raw config may set the stage and the batch factors: the plan follows them.
-        plan.strategy = f"zero{s.deepspeed.zero_stage}"
+        plan.strategy = Strategy.zero(s.deepspeed.zero_stage)
         plan.global_batch_size = (s.training.micro_batch_size * s.training.gradient_accumulation_steps
                                   * plan.data_parallel_size)
         ds_text = emit.render_json(ds_cfg)

@@ -47,6 +47,7 @@ from .estimate_model import ModelSize, model_size, resolve_model_path
 from .estimate_report import Estimate, fits, fmt_count, gib  # noqa: F401 - public
 from .estimate_shapes import analytic_count, analytic_shapes  # noqa: F401 - public
 from .settings import Settings
+from .strategy import Strategy
 
 # Older names other modules import.
 _resolve_model_path = resolve_model_path
@@ -127,7 +128,7 @@ def estimate(s: Settings, plan, facts=None, base_dir: Path | None = None,
         notes.append(model.uncertain)
     if model.source != "detection" and model.kind in ("unet",):
         notes.append("UNet activations are a rough figure")
-    if s.deepspeed.enabled and plan.strategy == "zero3" and not model.param_numels:
+    if s.deepspeed.enabled and plan.strategy is Strategy.ZERO3 and not model.param_numels:
         notes.append("parameter sizes unknown: ZeRO-3 persistent small parameters not counted "
                      "(run tuner blocks to count them)")
     if not host_cap:
@@ -137,14 +138,15 @@ def estimate(s: Settings, plan, facts=None, base_dir: Path | None = None,
     return est
 
 
-def _describe(s: Settings, strategy: str) -> str:
-    if strategy.startswith("zero"):
+def _describe(s: Settings, strategy: Strategy) -> str:
+    """The compared row's name for the settings' own strategy (``zero2+offload``, ...)."""
+    if strategy.is_deepspeed:
         o = options_for(s, strategy, 1, 1, chosen=True)
         if o.offload_param == "nvme" or o.offload_optimizer == "nvme":
-            return "zero3+nvme" if strategy == "zero3" else strategy
-        if o.offload_optimizer == "cpu":
-            return "zero3+offload" if strategy == "zero3" else ("zero2+offload" if strategy == "zero2" else strategy)
-    if strategy == "fsdp2" and s.fsdp.offload_params:
+            return "zero3+nvme" if strategy is Strategy.ZERO3 else strategy
+        if o.offload_optimizer == "cpu" and strategy in (Strategy.ZERO2, Strategy.ZERO3):
+            return f"{strategy}+offload"
+    if strategy is Strategy.FSDP2 and s.fsdp.offload_params:
         return "fsdp2+offload"
     return strategy
 
@@ -173,7 +175,7 @@ def render_for_text(settings_text: str, settings_path: Path | None = None) -> st
 
 def nvme_bytes_per_host(s: Settings, plan, base_dir: Path | None = None, found=None) -> int:
     """What NVMe offload puts on each machine's disk for the chosen strategy; 0 if unknown."""
-    if not plan.strategy.startswith("zero"):
+    if not plan.strategy.is_deepspeed:
         return 0
     m, _ = model_size(s, base_dir, found)
     if m is None:

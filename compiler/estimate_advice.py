@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .estimate_memory import COMPARED, StrategyEstimate
+from .estimate_memory import COMPARED, StrategyEstimate, base_strategy
 from .estimate_report import Estimate, fits, gib, label
 
 #: Rerun(strategy, machines, efficient_loading=None, checkpointing=None) -> estimate with fits set.
@@ -30,10 +30,11 @@ SCALABLE = ("zero3", "fsdp2", "zero3+offload", "fsdp2+offload", "zero3+nvme")
 def recommend(est: Estimate, strategy: str) -> str | None:
     """The cheapest compared strategy that fits; within DeepSpeed the lowest ZeRO stage,
     within FSDP the cheapest FSDP option; None when nothing is known to fit."""
-    if strategy.startswith("zero"):
-        family = [n for n in COMPARED if n.startswith("zero")]
-    elif strategy.startswith("fsdp"):
-        family = [n for n in COMPARED if n.startswith("fsdp")]
+    base = base_strategy(strategy)
+    if base.is_deepspeed:
+        family = [n for n in COMPARED if base_strategy(n).is_deepspeed]
+    elif base.is_fsdp:
+        family = [n for n in COMPARED if base_strategy(n).is_fsdp]
     else:
         family = list(COMPARED)
     for names in (family, list(COMPARED)):

@@ -31,6 +31,7 @@ from typing import Any
 from .estimate_activations import activation_bytes
 from .estimate_model import ModelSize, transformer_blocks
 from .settings import Settings
+from .strategy import Strategy
 
 GIB = 1024**3
 #: CUDA context, cuBLAS workspace and allocator slack per GPU (a measured-on-A100 ballpark).
@@ -85,15 +86,21 @@ class StrategyOptions:
 
     @property
     def deepspeed(self) -> bool:
-        return self.name.startswith("zero")
+        return Strategy(self.name).is_deepspeed
 
     @property
     def stage(self) -> int:
-        return int(self.name[4]) if self.deepspeed else -1
+        stage = Strategy(self.name).zero_stage
+        return -1 if stage is None else stage
 
     @property
     def fsdp(self) -> bool:
-        return self.name.startswith("fsdp")
+        return Strategy(self.name).is_fsdp
+
+
+def base_strategy(name: str) -> Strategy:
+    """The strategy of a compared row's name (``zero2+offload`` -> ZeRO-2)."""
+    return Strategy(name.split("+")[0])
 
 
 def _raw_zero(s: Settings) -> dict[str, Any]:
@@ -127,39 +134,39 @@ def options_for(s: Settings, strategy: str, world: int, ranks_per_host: int,
     For the settings' own strategy (``chosen=True``) the offload choices are the settings';
     a compared variant (``zero3``, ``zero3+offload``, ...) sets its own.
     """
-    base = strategy.split("+")[0]
+    base = base_strategy(strategy)
     zero = _raw_zero(s)
     ds = s.deepspeed
     opts = StrategyOptions(name=base, world=world, ranks_per_host=ranks_per_host, shard=world,
                            mixed_precision=s.training.mixed_precision,
-                           optimizer_bytes=_optimizer_bytes(s, base.startswith("zero")))
-    if base.startswith("zero"):
+                           optimizer_bytes=_optimizer_bytes(s, base.is_deepspeed))
+    if base.is_deepspeed:
         # A raw block of the wrong type is a compile error; the estimate still must not crash.
         off_opt = str(_table(zero.get("offload_optimizer")).get("device", ds.offload_optimizer)).lower()
         off_par = str(_table(zero.get("offload_param")).get("device", ds.offload_param)).lower()
         opts.reduce_bucket = _num(zero.get("reduce_bucket_size"), DS_REDUCE_BUCKET)
         opts.prefetch_bucket = _num(zero.get("stage3_prefetch_bucket_size"), DS_PREFETCH_BUCKET)
         opts.persistence_threshold = _num(zero.get("stage3_param_persistence_threshold"), DS_PERSISTENCE_THRESHOLD)
-        opts.overlap_comm = bool(zero.get("overlap_comm", base == "zero3"))
-        opts.cpu_ram_efficient_loading = bool(ds.zero3_init) and base == "zero3"
+        opts.overlap_comm = bool(zero.get("overlap_comm", base is Strategy.ZERO3))
+        opts.cpu_ram_efficient_loading = bool(ds.zero3_init) and base is Strategy.ZERO3
         opts.offload_optimizer, opts.offload_param = off_opt, off_par
-    elif base.startswith("fsdp"):
+    elif base.is_fsdp:
         f = s.fsdp
         opts.reshard_after_forward = f.reshard_after_forward
         opts.cpu_ram_efficient_loading = f.cpu_ram_efficient_loading
         opts.offload_param = "cpu" if f.offload_params else "none"
-        if base == "fsdp1":  # FSDP2 ignores sharding_strategy (it has reshard_after_forward)
+        if base is Strategy.FSDP1:  # FSDP2 ignores sharding_strategy (it has reshard_after_forward)
             opts.reshard_after_forward = f.sharding_strategy in ("full_shard", "hybrid_shard") and f.reshard_after_forward
             if f.sharding_strategy == "no_shard":
                 opts.shard = 1
             elif f.sharding_strategy == "hybrid_shard":
                 opts.shard = max(1, ranks_per_host)
     if not chosen:
-        if base.startswith("zero"):
+        if base.is_deepspeed:
             opts.offload_optimizer, opts.offload_param = {
                 "zero2+offload": ("cpu", "none"), "zero3+offload": ("cpu", "cpu"),
                 "zero3+nvme": ("nvme", "nvme")}.get(strategy, ("none", "none"))
-        elif base.startswith("fsdp"):
+        elif base.is_fsdp:
             opts.offload_param = "cpu" if strategy.endswith("+offload") else "none"
     if opts.stage in (0, 1, 2):
         opts.offload_param = "none"  # DeepSpeed offloads parameters at stage 3 only
@@ -279,9 +286,8 @@ def estimate_strategy(s: Settings, m: ModelSize, strategy: str, world: int, rank
     dev, host, nvme = Bytes(), Bytes(), Bytes()
     N = max(1, o.shard)
     block = m.largest_block or max(1, P // max(1, transformer_blocks(m.config)))
-    name = o.name
 
-    if name in ("single", "ddp") or (o.fsdp and N == 1):
+    if not (o.fsdp or o.deepspeed) or (o.fsdp and N == 1):
         dev.params, dev.grads, dev.optimizer = 4 * P, 4 * T, K * T
         dev.buffers = 4 * T if world > 1 else 0  # DDP's gradient buckets
     elif o.fsdp:
@@ -327,7 +333,7 @@ def estimate_strategy(s: Settings, m: ModelSize, strategy: str, world: int, rank
             host.buffers = 5 * max(100_000_000, block) * b  # pinned swap buffers
     checkpointing = s.training.gradient_checkpointing or (o.fsdp and s.fsdp.activation_checkpointing)
     # ring CP splits the sequence under FSDP2, Ulysses (context_parallel.sp_size) under DeepSpeed
-    split = cp if o.fsdp else max(1, s.context_parallel.sp_size) if name.startswith("zero") else 1
+    split = cp if o.fsdp else max(1, s.context_parallel.sp_size) if o.deepspeed else 1
     dev.activations = activation_bytes(s, m, split, checkpointing)
     if platform in ("cuda", "rocm"):
         dev.overhead = GPU_OVERHEAD_BYTES

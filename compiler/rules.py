@@ -16,6 +16,7 @@ from .normalise import Normalised
 from .rules_runtime import check_runtime_keys
 from .schema import index
 from .settings import Settings
+from .strategy import Strategy
 
 MSG_FSDP_AND_DEEPSPEED = "FSDP and DeepSpeed cannot be enabled simultaneously."
 MSG_CP_NEEDS_FSDP2 = "Context parallelism requires FSDP2."
@@ -29,8 +30,8 @@ _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 class Plan:
     """What the settings resolve to; written to the manifest for the runtime."""
 
-    strategy: str
-    """single, ddp, fsdp1, fsdp2, zero0, zero1, zero2 or zero3."""
+    strategy: Strategy
+    """single, ddp, fsdp1, fsdp2, zero0, zero1, zero2 or zero3 (written as that string)."""
     distributed_type: str
     """accelerate's DistributedType name."""
     platform: str
@@ -171,13 +172,13 @@ def check(n: Normalised, diags: Diagnostics, detected: str | None = None) -> tup
     # -- strategy ---------------------------------------------------------------------
     world = hw.num_processes
     if ds_on:
-        strategy, dtype = f"zero{s.deepspeed.zero_stage}", "DEEPSPEED"
+        strategy, dtype = Strategy.zero(s.deepspeed.zero_stage), "DEEPSPEED"
     elif s.fsdp.enabled:
-        strategy, dtype = f"fsdp{s.fsdp.version}", "FSDP"
+        strategy, dtype = Strategy.fsdp(s.fsdp.version), "FSDP"
     elif world > 1:
-        strategy, dtype = "ddp", ("MULTI_CPU" if platform == "cpu" else "MULTI_GPU")
+        strategy, dtype = Strategy.DDP, ("MULTI_CPU" if platform == "cpu" else "MULTI_GPU")
     else:
-        strategy, dtype = "single", "NO"
+        strategy, dtype = Strategy.SINGLE, "NO"
     if s.model.type == "lora" and s.fsdp.enabled and s.fsdp.version == 1:
         diags.note("model.type", "LoRA with FSDP v1 needs use_orig_params; tuner sets it")
     dp = world // cp.size if cp.size > 1 and world % cp.size == 0 else world

@@ -21,6 +21,7 @@ which `tuner compile` checks raw configs against without DeepSpeed (a test re-de
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import copy
 import enum
@@ -38,6 +39,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from .diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from .emit import ACCELERATE_YAML, DEEPSPEED_JSON, MANIFEST_JSON
 
 REQUIRED = ("accelerate", "torch")
 
@@ -128,32 +130,29 @@ def ports_free():
         launch.is_port_in_use = saved
 
 
-def accelerate_launch_env(yaml_path: Path, monkeypatch=None) -> dict[str, str]:
-    """The environment `accelerate launch --config_file YAML` would give each rank.
-
-    Runs accelerate's own argument validation and env preparation (no processes started).
-    For DeepSpeed, with `monkeypatch`, it also constructs accelerate's DeepSpeedPlugin in that
-    environment, which is where accelerate refuses keys it forbids beside a config file.
-    """
+def launch_env(flags: list[str], *, check_port: bool = True) -> tuple[argparse.Namespace, dict[str, str]]:
+    """accelerate's parsed arguments and each rank's whole environment for `accelerate launch FLAGS
+    SCRIPT`, by accelerate's own code (`_validate_launch_command`, `prepare_deepspeed_cmd_env` /
+    `prepare_multi_gpu_env`); starts nothing. The one derivation: `--verify` and the runtime's CPU
+    launcher call it. `check_port=False`: a port busy on this host is the host's state, not refused."""
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
     from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
 
-    args = launch_command_parser().parse_args(["--config_file", str(yaml_path), "train.py"])
-    args, defaults, mp_from_config = _validate_launch_command(args)
-    if args.use_deepspeed:
-        fields = list(defaults.deepspeed_config.keys()) + (["mixed_precision"] if mp_from_config else [])
-        args.deepspeed_fields_from_accelerate_config = ",".join(fields)
-        _, env = prepare_deepspeed_cmd_env(args)
-        if monkeypatch is not None:
-            for key, value in env.items():
-                monkeypatch.setenv(key, value)
-            from accelerate.utils import DeepSpeedPlugin
+    with contextlib.nullcontext() if check_port else ports_free():
+        args = launch_command_parser().parse_args([*flags, "tuner-worker"])
+        args, defaults, mp_from_config = _validate_launch_command(args)
+        if args.use_deepspeed:
+            fields = [*(defaults.deepspeed_config if defaults else ()), *(["mixed_precision"] if mp_from_config else [])]
+            args.deepspeed_fields_from_accelerate_config = ",".join(fields)
+            _, env = prepare_deepspeed_cmd_env(args)
+        else:
+            env = prepare_multi_gpu_env(args)
+    return args, dict(env)
 
-            DeepSpeedPlugin()  # raises if the YAML repeats a key accelerate forbids
-        return dict(env)
-    if args.multi_gpu or args.use_fsdp:
-        return dict(prepare_multi_gpu_env(args))
-    return {k: v for k, v in os.environ.items() if k.startswith("ACCELERATE_")}
+
+def accelerate_launch_env(yaml_path: Path) -> dict[str, str]:
+    """The environment `accelerate launch --config_file YAML` would give each rank (`launch_env`)."""
+    return launch_env(["--config_file", str(yaml_path)], check_port=False)[1]
 
 
 @contextlib.contextmanager
@@ -218,14 +217,14 @@ def accelerate_filled(config: dict[str, Any], settings: dict[str, Any], world_si
 def verify_build(build_dir: Path) -> list[str]:
     """Run the packages' own checks on a build; returns what they refused (empty = accepted)."""
     build_dir = Path(build_dir).resolve()
-    manifest = json.loads((build_dir / "manifest.json").read_text(encoding="utf-8"))
+    manifest = json.loads((build_dir / MANIFEST_JSON).read_text(encoding="utf-8"))
     plan, settings = manifest["plan"], manifest["settings"]
     problems: list[str] = []
     sf = manifest.get("settings_file")
     project = (build_dir / sf).resolve().parent if sf else build_dir.parent
     try:
         with contextlib.chdir(project):  # where the artefacts' relative paths point
-            _verify_in_project(build_dir / "accelerate.yaml", plan, settings, problems)
+            _verify_in_project(build_dir / ACCELERATE_YAML, plan, settings, problems)
     except Exception as exc:  # the packages' verdict, reported as such
         problems.append(f"{type(exc).__name__}: {exc}")
     return problems
@@ -239,7 +238,7 @@ def _verify_in_project(yaml_path: Path, plan: dict, settings: dict, problems: li
         import torch
 
         fake = plan["platform"] != "cpu" and not torch.cuda.is_available()
-        with pretend_cuda() if fake else contextlib.nullcontext(), ports_free():
+        with pretend_cuda() if fake else contextlib.nullcontext():
             env = accelerate_launch_env(yaml_path)
         if plan["uses_deepspeed"]:
             steps = "building accelerate's DeepSpeedPlugin"
@@ -389,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"verify: {build}: refused by the packages' own checks:")
             for p in problems:
                 print(f"  {p}")
-        elif (Path(build) / "deepspeed.json").exists():
+        elif (Path(build) / DEEPSPEED_JSON).exists():
             print("verify: accelerate and DeepSpeed accept the build")
         else:
             print("verify: accelerate accepts the build")

@@ -7,23 +7,23 @@ module has no torch import, so `tuner run` can report a bad build directory at o
 from __future__ import annotations
 
 import hashlib
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.compiler.emit import MANIFEST_VERSION
+from tuner.compiler.diagnostics import EXIT_USAGE
+from tuner.compiler.emit import ACCELERATE_YAML, DEEPSPEED_JSON, MANIFEST_VERSION
+from tuner.compiler.emit import MANIFEST_JSON as MANIFEST
 from tuner.compiler.rules import Plan
 from tuner.compiler.settings import Settings
-
-MANIFEST = "manifest.json"
-ACCELERATE_YAML = "accelerate.yaml"
-DEEPSPEED_JSON = "deepspeed.json"
+from tuner.compiler.strategy import Strategy
 
 
 class RunError(Exception):
     """A problem the user can fix; printed as one message, exit status non-zero, no traceback."""
 
-    def __init__(self, message: str, exit_code: int = 2) -> None:
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
         super().__init__(message)
         self.message = message
         self.exit_code = exit_code
@@ -73,7 +73,7 @@ class Artefacts:
         return p if p.is_absolute() else (self.base_dir / p)
 
     @property
-    def strategy(self) -> str:
+    def strategy(self) -> Strategy:
         return self.plan.strategy
 
 
@@ -97,7 +97,7 @@ def load(build_dir: Path) -> Artefacts:
         raise RunError(f"{mf} is damaged, edited by hand or from another tuner version ({problem}); "
                        "recompile with `tuner compile SETTINGS`")
     settings = Settings.from_dict(manifest["settings"])
-    plan = Plan(**manifest["plan"])
+    plan = Plan(**{**manifest["plan"], "strategy": Strategy(manifest["plan"]["strategy"])})
     arts = Artefacts(build_dir.resolve(), manifest, settings, plan)
     if not arts.accelerate_yaml.is_file():
         raise RunError(f"{arts.accelerate_yaml} is missing; recompile with `tuner compile`")
@@ -130,10 +130,8 @@ def check_unchanged(arts: Artefacts) -> None:
                            f"the manifest's); {fix}")
 
 
-_PLAN_TYPES = {"strategy": str, "distributed_type": str, "platform": str, "world_size": int,
-               "processes_per_machine": int, "data_parallel_size": int, "global_batch_size": int,
-               "uses_deepspeed": bool, "uses_fsdp": bool}
-_STRATEGIES = ("single", "ddp", "fsdp1", "fsdp2", "zero0", "zero1", "zero2", "zero3")
+#: The plan's fields and their JSON types, from the compiler's `Plan` (the strategy is its string).
+_PLAN_TYPES = {name: str if kind is Strategy else kind for name, kind in typing.get_type_hints(Plan).items()}
 
 
 def manifest_problem(manifest: Any) -> str | None:
@@ -141,7 +139,6 @@ def manifest_problem(manifest: Any) -> str | None:
     the settings schema (types, ranges, every key), the plan field by field: the runtime
     must not discover a hand edit as a traceback on every rank."""
     from jsonschema import Draft202012Validator
-
     from tuner.compiler.normalise import _numeric_problem
     from tuner.compiler.schema import index, load_schema
 
@@ -170,12 +167,12 @@ def manifest_problem(manifest: Any) -> str | None:
         return f"settings.{'.'.join(map(str, error.absolute_path))}: {error.message}"
     for key, kind in _PLAN_TYPES.items():
         value = plan.get(key)
-        if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < 1)):
+        if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or (isinstance(value, int) and value < 1))):
             return f"plan.{key} is {value!r}"
     if set(plan) - set(_PLAN_TYPES):
         return f"unknown plan keys {', '.join(sorted(set(plan) - set(_PLAN_TYPES)))}"
-    if plan["strategy"] not in _STRATEGIES:
-        return f"plan.strategy {plan['strategy']!r} is not one of {', '.join(_STRATEGIES)}"
+    if plan["strategy"] not in set(Strategy):
+        return f"plan.strategy {plan['strategy']!r} is not one of {', '.join(Strategy)}"
     topology = manifest.get("topology", {})
     if not isinstance(topology, dict):
         return "topology is not an object"

@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from tuner.compiler import block_cache
-from tuner.compiler.block_cache import ClassStat, DetectionResult
-
 from tuner.compiler import builtin_models as tiny_configs
+from tuner.compiler.block_cache import ClassStat, DetectionResult
 from tuner.compiler.rules import TRAINED_FAMILIES
 
 __all__ = ["DetectionError", "DetectionResult", "ClassStat", "ModelSpec", "resolve", "build_model",

@@ -28,6 +28,7 @@ import os
 import runpy
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 from tuner.compiler.diagnostics import EXIT_USAGE
 
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rank_guard.install()
     try:
-        arts = load(argv[0])
+        arts = load(Path(argv[0]))
     except RunError as exc:
         print(f"tuner launch: {exc.message}", file=sys.stderr)
         return exc.exit_code
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        if strategy.startswith("zero") and not torch.distributed.is_initialized():
+        if strategy.is_deepspeed and not torch.distributed.is_initialized():
             import deepspeed
 
             timeout = timedelta(seconds=float(os.environ.get("TUNER_PG_TIMEOUT", "300")))

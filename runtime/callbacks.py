@@ -18,7 +18,8 @@ tuner's own tests use this to record what each rank holds and to slow a checkpoi
 from __future__ import annotations
 
 import importlib
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .artefacts import RunError
 

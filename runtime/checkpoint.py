@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner.compiler.strategy import Strategy
+
 from .artefacts import RunError
 
 META = "tuner_checkpoint.json"
@@ -35,8 +37,8 @@ TMP_PREFIX = ".tmp-"
 @dataclass
 class CheckpointMeta:
     step: int
-    strategy: str
-    """The plan's strategy: ddp, single, fsdp1, fsdp2, zero1..zero3."""
+    strategy: Strategy
+    """The plan's strategy: ddp, single, fsdp1, fsdp2, zero1..zero3 (the JSON holds its string)."""
     state_dict_type: str
     """sharded or full (FSDP); 'full' for DDP; 'deepspeed' for ZeRO."""
     world_size: int
@@ -50,6 +52,9 @@ class CheckpointMeta:
     files: dict[str, int] = field(default_factory=dict)
     """Every file of the checkpoint rank 0 saw when it was published -> its size in bytes, so a
     truncated state file is found before any rank starts (not by a rank failing to load it)."""
+
+    def __post_init__(self) -> None:
+        self.strategy = Strategy(self.strategy)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -89,14 +94,16 @@ def meta_problem(ckpt: Path) -> str | None:
                 return f"{META}: {key} is missing"
             continue
         value = data[key]
-        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < (key == "world_size")):
+        if not isinstance(value, kind) or isinstance(value, bool) or (isinstance(value, int) and value < (key == "world_size")):
             return f"{META}: {key} is {value!r}"
     if set(data) - set(_META_TYPES):
         return f"{META}: unknown keys {', '.join(sorted(set(data) - set(_META_TYPES)))}"
     named = _STEP_DIR.match(ckpt.name)
     if named and int(named.group(1)) != data["step"]:  # a folder copied or renamed by hand
         return f"the folder is named {ckpt.name} but its {META} records step {data['step']}"
-    return _state_problem(ckpt, data["strategy"]) or _size_problem(ckpt, data.get("files", {}))
+    if data["strategy"] not in set(Strategy):
+        return f"{META}: strategy is {data['strategy']!r}, not one of {', '.join(Strategy)}"
+    return _state_problem(ckpt, Strategy(data["strategy"])) or _size_problem(ckpt, data.get("files", {}))
 
 
 def _size_problem(ckpt: Path, files: dict[str, Any]) -> str | None:
@@ -118,12 +125,12 @@ def file_sizes(folder: Path) -> dict[str, int]:
             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != META}
 
 
-def _state_problem(ckpt: Path, strategy: str) -> str | None:
+def _state_problem(ckpt: Path, strategy: Strategy) -> str | None:
     """The model state files a checkpoint of `strategy` holds: present and not empty."""
     def nonempty(pattern: str) -> bool:
         return any(p.is_file() and p.stat().st_size > 0 for p in ckpt.glob(pattern))
 
-    if strategy.startswith("zero"):
+    if strategy.is_deepspeed:
         ok, what = nonempty("**/*model_states.pt"), "DeepSpeed model states (*model_states.pt)"
     elif (ckpt / "pytorch_model_fsdp_0").is_dir():
         ok = nonempty("pytorch_model_fsdp_0/.metadata") and nonempty("pytorch_model_fsdp_0/*.distcp")
@@ -263,24 +270,24 @@ def resolve_resume(resume: str, output_dir: Path) -> Path | None:
     return p
 
 
-def state_dict_kind(strategy: str, state_dict_type: str) -> str:
+def state_dict_kind(strategy: Strategy, state_dict_type: str) -> str:
     """What a checkpoint of this strategy holds: 'deepspeed', FSDP's 'sharded'/'full', or
     'full' (DDP and single-process runs keep whole tensors)."""
-    if strategy.startswith("zero"):
+    if strategy.is_deepspeed:
         return "deepspeed"
-    return state_dict_type if strategy.startswith("fsdp") else "full"
+    return state_dict_type if strategy.is_fsdp else "full"
 
 
-def check_compatible(meta: CheckpointMeta, strategy: str, state_dict_type: str, world_size: int, ckpt: Path) -> None:
+def check_compatible(meta: CheckpointMeta, strategy: Strategy, state_dict_type: str, world_size: int, ckpt: Path) -> None:
     """Refuse resuming a checkpoint written by another strategy or world size, saying how to convert."""
     convert = (f"convert it to a full model with `tuner checkpoint export {ckpt} --out DIR` and start a new run "
                f"from it (model.path = \"DIR\")")
-    ds_then, ds_now = meta.strategy.startswith("zero"), strategy.startswith("zero")
+    ds_then, ds_now = meta.strategy.is_deepspeed, strategy.is_deepspeed
     if ds_then != ds_now:
         raise RunError(f"checkpoint {ckpt} was written {'with' if ds_then else 'without'} DeepSpeed "
                        f"({meta.strategy}) and this run {'uses' if ds_now else 'does not use'} DeepSpeed ({strategy}); "
                        f"a checkpoint cannot be resumed after enabling or disabling DeepSpeed: {convert}")
-    fsdp_then, fsdp_now = meta.strategy.startswith("fsdp"), strategy.startswith("fsdp")
+    fsdp_then, fsdp_now = meta.strategy.is_fsdp, strategy.is_fsdp
     if meta.strategy != strategy and (fsdp_then or fsdp_now):
         raise RunError(f"checkpoint {ckpt} was written with {meta.strategy} and this run uses {strategy}; "
                        f"sharded model and optimizer states differ between them: {convert}")

@@ -36,6 +36,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tuner.compiler.strategy import Strategy
+
 from .artefacts import RunError
 
 #: The accelerate versions this layer is tested with: the `accelerate` requirement of
@@ -88,7 +90,7 @@ def accepted_types(plan_type: str) -> set[str]:
     return {want, "MULTI_CPU"} if want == "NO" else {want}
 
 
-def install(strategy: str, plan_type: str | None = None) -> None:
+def install(strategy: Strategy, plan_type: str | None = None) -> None:
     """Correct every `Accelerator` built in this process from now on (idempotent)."""
     from accelerate import Accelerator
 
@@ -101,7 +103,7 @@ def install(strategy: str, plan_type: str | None = None) -> None:
         original(self, *args, **kwargs)
         given = {k: kwargs.get(k) for k in ("fsdp_plugin", "deepspeed_plugin", "deepspeed_plugins")}
         correct_state(self, strategy, given, plan_type)
-        if strategy.startswith("zero") and needed(self):
+        if strategy.is_deepspeed and needed(self):
             self.native_amp = False  # DeepSpeed's JSON decides precision, as on GPUs
 
     __init__._tuner_shim = True  # type: ignore[attr-defined]
@@ -133,7 +135,7 @@ def _install_partial_state() -> None:
     PartialState.__init__ = __init__
 
 
-def correct_state(accelerator: Any, strategy: str, given: dict[str, Any] | None = None,
+def correct_state(accelerator: Any, strategy: Strategy | str, given: dict[str, Any] | None = None,
                   plan_type: str | None = None) -> list[str]:
     """Fix accelerate's state for `strategy` (the plan's) on CPU ranks, then `verify` it took
     effect (against `plan_type`, the manifest's ``plan.distributed_type``); returns what changed."""
@@ -142,15 +144,16 @@ def correct_state(accelerator: Any, strategy: str, given: dict[str, Any] | None 
     if not needed(accelerator) or not dist.is_initialized():
         return []
     check_accelerate_version(accelerate_version())
+    strategy = Strategy(strategy)
     changes = _apply(strategy, given or {})
     verify(accelerator, plan_type or _type_of(strategy, dist.get_world_size()))
     return changes
 
 
-def _type_of(strategy: str, world: int) -> str:
-    if strategy.startswith("fsdp"):
+def _type_of(strategy: Strategy, world: int) -> str:
+    if strategy.is_fsdp:
         return "FSDP"
-    if strategy.startswith("zero"):
+    if strategy.is_deepspeed:
         return "DEEPSPEED"
     return "MULTI_CPU" if world > 1 else "NO"
 
@@ -173,7 +176,7 @@ def verify(accelerator: Any, plan_type: str) -> None:
                        f"{TESTED_ACCELERATE})")
 
 
-def _apply(strategy: str, given: dict[str, Any]) -> list[str]:
+def _apply(strategy: Strategy, given: dict[str, Any]) -> list[str]:
     """Write what accelerate would have set on GPUs into both shared states."""
     import torch.distributed as dist
     from accelerate.state import AcceleratorState, PartialState
@@ -182,12 +185,13 @@ def _apply(strategy: str, given: dict[str, Any]) -> list[str]:
     changes: list[str] = []
     shared = [PartialState._shared_state, AcceleratorState._shared_state]
 
+    def show(v: Any) -> Any:
+        return type(v).__name__ if hasattr(v, "__dataclass_fields__") else getattr(v, "name", v)
+
     def put(key: str, value: Any) -> None:
         for st in shared:
             if st.get(key) is not value and st.get(key) != value:
                 if st is shared[1]:
-                    show = (lambda v: type(v).__name__ if hasattr(v, "__dataclass_fields__") else
-                            getattr(v, "name", v))
                     changes.append(f"{key}: {show(st.get(key))} -> {show(value)}")
                 st[key] = value
 
@@ -196,7 +200,7 @@ def _apply(strategy: str, given: dict[str, Any]) -> list[str]:
     put("num_processes", world)
     put("local_process_index", int(os.environ.get("LOCAL_RANK", rank)))
 
-    if strategy.startswith("fsdp"):
+    if strategy.is_fsdp:
         plugin = (AcceleratorState._shared_state.get("fsdp_plugin") or given.get("fsdp_plugin")
                   or FullyShardedDataParallelPlugin())
         mp = AcceleratorState._shared_state.get("_mixed_precision", "no")
@@ -204,7 +208,7 @@ def _apply(strategy: str, given: dict[str, Any]) -> list[str]:
             plugin.set_mixed_precision(mp)
         put("fsdp_plugin", plugin)
         put("distributed_type", DistributedType.FSDP)
-    elif strategy.startswith("zero"):
+    elif strategy.is_deepspeed:
         plugins = (AcceleratorState._shared_state.get("deepspeed_plugins") or given.get("deepspeed_plugins")
                    or given.get("deepspeed_plugin") or DeepSpeedPlugin())
         if not isinstance(plugins, dict):

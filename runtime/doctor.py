@@ -126,7 +126,8 @@ def deepspeed_ops() -> tuple[list[OpInfo], list[str]]:
                 installed_ops = {}
     except Exception as exc:  # noqa: BLE001 - ImportError, or a broken install
         return [OpInfo(name, False, False, f"deepspeed not importable: {exc}") for name in DEEPSPEED_OPS], []
-    ops, warnings = [], []
+    ops: list[OpInfo] = []
+    warnings: list[str] = []
     for name, cls_name in DEEPSPEED_OPS.items():
         builder_cls = getattr(op_builder, cls_name, None)
         if builder_cls is None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from . import checkpoint as ckpt
 from .artefacts import RunError
@@ -24,7 +24,7 @@ from .artefacts import RunError
 def full_state_dict(path: Path, meta: ckpt.CheckpointMeta) -> dict:
     import torch
 
-    if meta.strategy.startswith("zero"):
+    if meta.strategy.is_deepspeed:
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
         return dict(get_fp32_state_dict_from_zero_checkpoint(str(path)))
@@ -161,7 +161,7 @@ def export_lock(out_dir: Path) -> Iterator[None]:
             raise RunError(f"another tuner export is writing {out_dir} ({exc.holder}); wait for it to finish, "
                            "or give another --out directory") from None
         except LockRefused as exc:
-            raise RunError(exc.strerror) from None
+            raise RunError(exc.strerror or str(exc)) from None
     finally:
         if created and not ok:
             with contextlib.suppress(OSError):

@@ -36,7 +36,7 @@ def parse(data: dict[str, Any]) -> dict[str, Any]:
     def error(message: str) -> None:
         raise _Refused(message)
 
-    parser.error = error  # type: ignore[method-assign]  # argparse would print and exit
+    parser.error = error  # argparse would print and exit
     argv: list[str] = []
     kept: dict[str, Any] = {}
     for key, value in data.items():

@@ -39,7 +39,7 @@ class Topology:
 
     @classmethod
     def resolve(cls, arts: Artefacts, machine_rank: int | None = None, main_address: str | None = None,
-                main_port: int | None = None) -> "Topology":
+                main_port: int | None = None) -> Topology:
         """Flag, else the scheduler's environment, else the compiled value."""
         topo = arts.manifest.get("topology", {})
         n = int(topo.get("num_machines", 1) or 1)
@@ -70,7 +70,8 @@ class Topology:
             try:
                 main_port = int(found[1]) if found else int(topo.get("main_process_port") or 29500)
             except ValueError:
-                raise RunError(f"${found[0]} = {found[1]!r} is not a port number") from None
+                name, raw = found or ("hardware.main_process_port", str(topo.get("main_process_port")))
+                raise RunError(f"${name} = {raw!r} is not a port number") from None
         # Every machine's launcher must name the same rendezvous; a scheduler's job id
         # keeps two jobs from one build apart.
         job = os.environ.get("TUNER_RUN_ID") or os.environ.get("SLURM_JOB_ID") or ""
@@ -97,39 +98,20 @@ def config_flags(arts: Artefacts) -> list[str]:
 def accelerate_env(arts: Artefacts, topo: Topology | None = None) -> dict[str, str]:
     """The variables `accelerate launch --config_file <yaml>` would set for this config.
 
-    accelerate's own code derives them (`prepare_multi_gpu_env` / `prepare_deepspeed_cmd_env`,
-    the functions its launcher calls); only the variables that differ from this process's
+    accelerate's own code derives them (`tuner.compiler.verify.launch_env`, the derivation
+    `tuner compile --verify` runs too); only the variables that differ from this process's
     environment are returned. On CPU targets ``ACCELERATE_USE_CPU`` is added: the ranks are gloo
     ranks and `cpu_shim` restores the FSDP/DeepSpeed state accelerate leaves out on CPU.
     """
-    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
-    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
+    from tuner.compiler.verify import launch_env
 
     argv = config_flags(arts)
     if topo is not None:
         argv += topo.accelerate_flags()
-    args = launch_command_parser().parse_args([*argv, "tuner-worker"])
-    args, defaults, mp_from_config = _validate_launch_command(args)
-    if topo is not None and topo.num_machines > 1 and topo.machine_rank == 0:
-        # accelerate refuses a busy main port on machine 0; tuner's own rendezvous is about
-        # to bind it on this very machine, so the check says nothing here.
-        import accelerate.utils.launch as acc_launch
-
-        saved, acc_launch.is_port_in_use = acc_launch.is_port_in_use, lambda *_: False
-    else:
-        acc_launch, saved = None, None
-    try:
-        if args.use_deepspeed:
-            fields = list(defaults.deepspeed_config.keys()) if defaults else []
-            if mp_from_config:
-                fields.append("mixed_precision")
-            args.deepspeed_fields_from_accelerate_config = ",".join(fields)
-            _, env = prepare_deepspeed_cmd_env(args)
-        else:
-            env = prepare_multi_gpu_env(args)
-    finally:
-        if acc_launch is not None:
-            acc_launch.is_port_in_use = saved
+    # accelerate refuses a busy main port on machine 0; tuner's own rendezvous is about to
+    # bind it on this very machine, so that check says nothing here.
+    machine0 = topo is not None and topo.num_machines > 1 and topo.machine_rank == 0
+    args, env = launch_env(argv, check_port=not machine0)
     changed = {k: v for k, v in env.items() if os.environ.get(k) != v and k != "PYTHONPATH"}
     if arts.plan.platform == "cpu" or args.use_cpu:
         changed["ACCELERATE_USE_CPU"] = "true"

@@ -80,7 +80,7 @@ class Reporter:
             print(f"step {step}/{self.total} {fields} eta {_eta(eta)}", file=self.stream, flush=True)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        if not self.main:
+        if not self.main or self._fh is None:
             return
         row = {"step": step, "time": round(time.perf_counter() - self._t0, 4), **metrics}
         self._fh.write(json.dumps(row, sort_keys=True) + "\n")

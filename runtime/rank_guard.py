@@ -17,7 +17,10 @@ import sys
 import threading
 import time
 
-ORPHAN_EXIT = 70
+from tuner.compiler.diagnostics import EXIT_INTERNAL
+
+#: A rank whose launcher is gone exits with tuner's internal-error status (70).
+ORPHAN_EXIT = EXIT_INTERNAL
 
 
 def orphan_watchdog(poll_s: float = 2.0) -> None:

@@ -13,11 +13,13 @@ import contextlib
 import os
 import time
 import warnings
+from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
+from tuner.compiler.strategy import Strategy
 
 from . import checkpoint as ckpt
 from . import cpu_shim, tracking
@@ -41,7 +43,7 @@ class Trainer:
         self.resume_arg = resume or self.s.checkpoint.resume
         self.max_steps_override = max_steps
         self.strategy = arts.plan.strategy
-        self.is_ds = self.strategy.startswith("zero")
+        self.is_ds = self.strategy.is_deepspeed
         self.out = arts.output_dir
         self.ckdir = ckpt.checkpoints_dir(self.out)
         self.callbacks = Callbacks(callbacks)  # runtime/callbacks.py: your code, on every rank
@@ -88,7 +90,7 @@ class Trainer:
         self.rank = self.acc.process_index
         self.world = self.acc.num_processes
         self.trackers = tracking.start(self.acc, self.s, self.out, self.arts.base_dir)
-        if self.strategy == "fsdp1":
+        if self.strategy is Strategy.FSDP1:
             warnings.warn("FSDP v1 is deprecated; use fsdp.version = 2", DeprecationWarning, stacklevel=1)
             self.say("warning: FSDP v1 is deprecated; FSDP2 (fsdp.version = 2) shards per parameter and supports LoRA")
 
@@ -118,7 +120,7 @@ class Trainer:
         for p in model.parameters():
             dtypes[str(p.dtype).replace("torch.", "")] = dtypes.get(str(p.dtype).replace("torch.", ""), 0) + p.numel()
         notes = ["parameter dtypes: " + ", ".join(f"{k} ({v:,})" for k, v in sorted(dtypes.items()))]
-        if len(dtypes) > 1 and self.strategy == "fsdp1":
+        if len(dtypes) > 1 and self.strategy is Strategy.FSDP1:
             model.to(torch.float32)
             notes.append("FSDP v1 needs one dtype per flat parameter: all parameters cast to float32")
         return notes
@@ -290,7 +292,7 @@ class Trainer:
         metrics = self.fam.evaluate(self.model, self.val_loader, self.acc)
         self.model.train()
         self.reporter.log(self.step, metrics)
-        self.reporter.message("step {}: ".format(self.step) + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        self.reporter.message(f"step {self.step}: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         return metrics
 
     # -- checkpoints --------------------------------------------------------------------
@@ -304,7 +306,10 @@ class Trainer:
             self.callbacks.fire("on_save", self, tmp)
             self.fam.save_state(tmp, self.acc)
         except Exception as exc:
-            raise _no_space(exc, tmp) or exc
+            full = _no_space(exc, tmp)
+            if full is None:
+                raise
+            raise full from exc
         self.acc.wait_for_everyone()  # every rank has written its part
         final = self.ckdir / ckpt.step_dir_name(self.step)
         if self.main:
@@ -340,7 +345,10 @@ class Trainer:
             try:
                 export_model_dir(lambda target: self.fam.export(state, target), out_dir, f"run {self.out}")
             except Exception as exc:
-                raise _no_space(exc, out_dir) or exc
+                full = _no_space(exc, out_dir)
+                if full is None:
+                    raise
+                raise full from exc
             print(f"exported full model: {out_dir}", flush=True)
         self.acc.wait_for_everyone()
 

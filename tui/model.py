@@ -18,6 +18,7 @@ from tuner.compiler import CompileResult, compile_text
 from tuner.compiler.diagnostics import Diagnostic, Diagnostics
 from tuner.compiler.normalise import normalise
 from tuner.compiler.schema import index
+from tuner.compiler.strategy import Strategy
 
 from .document import SettingsDocument
 
@@ -42,6 +43,11 @@ from .layout import (  # noqa: F401  (re-exported: the widgets import them from 
     BUILDER_KEYS, MERGED, STEP_IDS, STEPS, STRATEGIES, STRATEGY_KEYS, Step, advanced_keys, canonical_key, key_info,
     label, parse_input, render_value, section_step, step_of,
 )
+
+
+def fsdp_version(choice: str) -> int | None:
+    """The FSDP version a wizard strategy choice (ddp, fsdp1, fsdp2, deepspeed) names, else None."""
+    return Strategy(choice).fsdp_version if choice in set(Strategy) else None
 
 
 class WizardState:
@@ -137,8 +143,8 @@ class WizardState:
         """Switch strategy; also repairs a file where several are on (the flags are made
         consistent even when `name` is what `strategy` already reads)."""
         edits: dict[str, Any] = {}
-        if name in ("fsdp2", "fsdp1"):
-            edits = {"deepspeed.enabled": False, "fsdp.enabled": True, "fsdp.version": 2 if name == "fsdp2" else 1}
+        if version := fsdp_version(name):
+            edits = {"deepspeed.enabled": False, "fsdp.enabled": True, "fsdp.version": version}
         elif name == "deepspeed":
             edits = {"fsdp.enabled": False, "deepspeed.enabled": True}
         else:
@@ -151,7 +157,7 @@ class WizardState:
                 continue
             self.document.set(key, value)
             changed = True
-        if name not in ("fsdp1", "fsdp2") and self.values["fsdp.activation_checkpointing"]:
+        if not fsdp_version(name) and self.values["fsdp.activation_checkpointing"]:
             # One concept: FSDP's activation checkpointing becomes training's, which every strategy runs.
             self.document.remove("fsdp.activation_checkpointing")
             self.document.set("training.gradient_checkpointing", True)
@@ -166,7 +172,7 @@ class WizardState:
         other = {"deepspeed": ("fsdp.",), "ddp": ("fsdp.", "deepspeed."), "fsdp1": ("deepspeed.",),
                  "fsdp2": ("deepspeed.",)}[strategy]
         keep = {"fsdp.enabled", "deepspeed.enabled"}
-        if strategy in ("fsdp1", "fsdp2"):
+        if fsdp_version(strategy):
             keep.add("fsdp.version")
         out = []
         for key in index().keys:
@@ -265,19 +271,19 @@ class WizardState:
                    "hardware.rdzv_backend", "hardware.same_network"):
             return v["hardware.num_machines"] > 1 or written
         if key in MERGED:
-            return written and (strategy in ("fsdp1", "fsdp2") or bool(v[key]))
+            return written and (bool(fsdp_version(strategy)) or bool(v[key]))
         if key.startswith("fsdp.") and key != "fsdp.cpu_ram_efficient_loading":
-            if strategy not in ("fsdp1", "fsdp2"):
+            if not fsdp_version(strategy):
                 return False
             if key == "fsdp.sharding_strategy":
-                return strategy == "fsdp1"
+                return fsdp_version(strategy) == 1
             if key == "fsdp.min_num_params":
                 return v["fsdp.auto_wrap_policy"] == "size"
             if key == "fsdp.transformer_layer_cls_to_wrap":
                 return v["fsdp.auto_wrap_policy"] == "transformer" or bool(v[key])
             return True
         if key == "fsdp.cpu_ram_efficient_loading":
-            return strategy in ("fsdp1", "fsdp2")
+            return bool(fsdp_version(strategy))
         if key.startswith("deepspeed."):
             if strategy != "deepspeed":
                 return False
@@ -286,7 +292,7 @@ class WizardState:
             return True
         if key.startswith("context_parallel."):
             # The seed's UI shows context parallelism on CUDA hosts only.
-            return (self.platform == "cuda" and strategy == "fsdp2") or written
+            return (self.platform == "cuda" and fsdp_version(strategy) == 2) or written
         if key == "training.optimizer":
             return strategy != "deepspeed"
         if key in ("training.ema_decay", "training.ema_device"):

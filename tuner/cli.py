@@ -15,8 +15,7 @@ import traceback
 from pathlib import Path
 
 from tuner import __version__
-from tuner.compiler.diagnostics import (EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK,
-                                        EXIT_USAGE)
+from tuner.compiler.diagnostics import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from tuner.compiler.files import describe_os_error
 
 
@@ -142,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="train from a build directory or settings file on real ranks",
                        usage="tuner run TARGET [--resume latest|PATH] [--max-steps N] [--callback MODULE:NAME]... "
-                             "[--check] [--machine-rank N] [--main-address HOST] [--main-port PORT] [--set KEY=VALUE]... [--KEY [VALUE]]...")
+                             "[--check] [--machine-rank N] [--main-address HOST] [--main-port PORT] [--set KEY=VALUE]... "
+                             "[--KEY [VALUE]]...")
     p.add_argument("target", type=Path, help="a build directory (with manifest.json) or a settings file")
     p.add_argument("--resume", default=None, help="'latest' or a checkpoint directory")
     p.add_argument("--max-steps", type=_positive_int, default=None, help="stop after this many optimizer steps (1 or more)")

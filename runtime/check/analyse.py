@@ -12,6 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tuner.compiler.strategy import Strategy
+
 from .findings import Finding, fault, ok, skipped
 from .planned import memory, schedule
 
@@ -112,11 +114,11 @@ def _prepared(arts, runs) -> list[Finding]:
 
 def _sharding(arts, runs) -> list[Finding]:
     strategy, world = arts.plan.strategy, arts.plan.world_size
-    if strategy in ("single", "ddp", "zero0") or world < 2:
-        return [skipped("sharding", "all", f"{strategy}: every rank holds the whole model, as planned")]
-    if strategy in ("zero1", "zero2"):
+    if strategy.zero_stage in (1, 2) and world > 1:  # optimizer state partitioned, parameters whole
         return _zero_partition(strategy, world, runs)
-    want_kind = {"fsdp2": "DTensor", "fsdp1": "FlatParameter", "zero3": "ZeRO-3"}[strategy]
+    if not strategy.is_sharded or world < 2:
+        return [skipped("sharding", "all", f"{strategy}: every rank holds the whole model, as planned")]
+    want_kind = {Strategy.FSDP2: "DTensor", Strategy.FSDP1: "FlatParameter", Strategy.ZERO3: "ZeRO-3"}[strategy]
     out = []
     for r, run in runs.items():
         m = run.get("model")
@@ -134,7 +136,7 @@ def _sharding(arts, runs) -> list[Finding]:
     return out or [ok("sharding", "all", f"each rank holds about 1/{world} of the parameters as {want_kind}")]
 
 
-def _zero_partition(strategy: str, world: int, runs) -> list[Finding]:
+def _zero_partition(strategy: Strategy, world: int, runs) -> list[Finding]:
     out = []
     for r, run in runs.items():
         ds, m = run.get("ds"), run.get("model")
@@ -331,7 +333,7 @@ def _precision(arts, runs) -> list[Finding]:
         return [fault("mixed-precision", "all", f"training runs with mixed precision {have!r}; the settings say {want!r}",
                       "do not pass mixed_precision (or bf16/fp16 TrainingArguments) that differ from the build, or "
                       f"recompile with training.mixed_precision = {have!r}")]
-    if want != "no" and ds is None and arts.plan.strategy not in ("fsdp1", "fsdp2") and run["autocast"] \
+    if want != "no" and ds is None and not arts.plan.strategy.is_fsdp and run["autocast"] \
             and not any(run["autocast"]):
         return [fault("mixed-precision", "all", f"{want} is set but the forward ran without autocast",
                       "call the model accelerator.prepare returned (its forward runs under autocast)")]

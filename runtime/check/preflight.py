@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tuner.compiler.emit import MANIFEST_JSON
+
 from .findings import Finding, fault, ok, skipped
 
 VERSIONED = ("tuner", "torch", "accelerate", "deepspeed", "transformers")
@@ -131,7 +133,7 @@ def machine_facts(build_dir: Path, target: list[str] | None, machine: int) -> di
     except RunError as exc:
         facts["build_error"] = exc.message
         return facts
-    facts["build_hash"] = hashlib.sha256((arts.build_dir / "manifest.json").read_bytes()).hexdigest()
+    facts["build_hash"] = hashlib.sha256((arts.build_dir / MANIFEST_JSON).read_bytes()).hexdigest()
     facts["compiled_versions"] = {n: arts.manifest.get("versions", {}).get(n) for n in VERSIONED}
     s = arts.settings
     paths = {}

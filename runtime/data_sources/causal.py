@@ -132,7 +132,7 @@ class Pipeline:
         packed = self.packed
 
         def pack(batch: dict[str, list]) -> dict[str, list]:
-            cols, _ = pack_documents(zip(batch["input_ids"], batch["labels"]), seq, pid, wrap, packed)
+            cols, _ = pack_documents(zip(batch["input_ids"], batch["labels"], strict=False), seq, pid, wrap, packed)
             return cols
 
         fp = _fingerprint("pack", encoded._fingerprint, self.settings_key(fmt))

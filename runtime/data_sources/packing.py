@@ -16,7 +16,8 @@ Padded (``data.packing = false``): one document (raw text: one ``seq_len`` piece
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 IGNORE = -100
 

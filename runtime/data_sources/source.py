@@ -85,7 +85,8 @@ def resolve(specs: list[str], base_dir: Path, key: str = "data.path") -> Source:
         elif _HUB_ID.match(spec.strip()) and not p.parent.exists():
             raise hub_refusal(spec)
         else:
-            raise DataError(f"{key} {spec!r}", f"data file not found: {p}", f"fix {key} (relative paths are read from {base_dir})")
+            raise DataError(f"{key} {spec!r}", f"data file not found: {p}",
+                            f"fix {key} (relative paths are read from {base_dir})")
     builders = {BUILDERS.get(f.suffix.lower(), "") for f in files}
     if "" in builders:
         odd = next(f for f in files if f.suffix.lower() not in BUILDERS)

@@ -16,8 +16,9 @@ iterable set): `StreamLoader` batches this rank's rows and moves them to the dev
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 

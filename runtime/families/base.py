@@ -37,14 +37,14 @@ Rules for implementers:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch is imported by the runtime, never by the compiler
     import torch
     from torch.utils.data import Dataset
-
     from tuner.compiler.settings import Settings
 
 
@@ -82,7 +82,7 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 class FamilyContext:
     """What a family gets from the runtime."""
 
-    settings: "Settings"
+    settings: Settings
     base_dir: Path
     """Directory that relative paths in the settings are resolved against (the settings file's)."""
     seed: int = 42
@@ -111,7 +111,7 @@ class Family:
         self.settings = ctx.settings
 
     # -- model ----------------------------------------------------------------------
-    def build_model(self, meta: bool = False) -> "torch.nn.Module":
+    def build_model(self, meta: bool = False) -> torch.nn.Module:
         """The model to train, on CPU with real weights (``meta=False``) or on the meta device.
 
         ``meta=True`` builds the structure only (no memory, no weights read): used by block
@@ -119,43 +119,43 @@ class Family:
         """
         raise NotImplementedError
 
-    def prepare_model(self, model: "torch.nn.Module") -> "torch.nn.Module":
+    def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """Apply training-time changes before sharding: gradient checkpointing, LoRA,
         freezing. Returns the model to train (may be a new object, e.g. a PEFT model)."""
         return model
 
-    def wrap_classes(self, model: "torch.nn.Module") -> list[str]:
+    def wrap_classes(self, model: torch.nn.Module) -> list[str]:
         """Module class names FSDP wraps as units when the settings name none
         (default: the model's ``_no_split_modules``)."""
         return list(getattr(model, "_no_split_modules", None) or [])
 
-    def trainable_parameters(self, model: "torch.nn.Module") -> Iterable["torch.nn.Parameter"]:
+    def trainable_parameters(self, model: torch.nn.Module) -> Iterable[torch.nn.Parameter]:
         """Parameters the optimizer updates (default: every parameter that requires grad)."""
         return [p for p in model.parameters() if p.requires_grad]
 
     # -- data -----------------------------------------------------------------------
-    def build_datasets(self) -> tuple["Dataset", "Dataset | None"]:
+    def build_datasets(self) -> tuple[Dataset, Dataset | None]:
         """(train, validation) map-style datasets; validation may be None. Must give the same
         result on every rank (the trainer's sampler shards them)."""
         raise NotImplementedError
 
-    def collate(self, samples: list[Any]) -> dict[str, "torch.Tensor"]:
+    def collate(self, samples: list[Any]) -> dict[str, torch.Tensor]:
         """Turn a list of dataset items into a batch of tensors."""
         import torch.utils.data
 
         return torch.utils.data.default_collate(samples)
 
-    def batch_units(self, batch: dict[str, "torch.Tensor"]) -> int:
+    def batch_units(self, batch: dict[str, torch.Tensor]) -> int:
         """How many `unit`s a batch holds (tokens for language models)."""
         first = next(iter(batch.values()))
         return int(first.shape[0])
 
     # -- optimisation ---------------------------------------------------------------
-    def loss(self, model: "torch.nn.Module", batch: dict[str, "torch.Tensor"]) -> "torch.Tensor":
+    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Scalar training loss of one micro-batch."""
         raise NotImplementedError
 
-    def evaluate(self, model: "torch.nn.Module", batches: Iterable[dict[str, "torch.Tensor"]],
+    def evaluate(self, model: torch.nn.Module, batches: Iterable[dict[str, torch.Tensor]],
                  accelerator: Any) -> dict[str, float]:
         """Validation metrics over this rank's share of the validation data, reduced across
         ranks. Runs on every rank (sharded models need every rank in the forward).
@@ -171,7 +171,7 @@ class Family:
         return {"val_loss": float(total[0] / total[1].clamp(min=1))}
 
     # -- export ---------------------------------------------------------------------
-    def export(self, state_dict: dict[str, "torch.Tensor"], out_dir: Path) -> None:
+    def export(self, state_dict: dict[str, torch.Tensor], out_dir: Path) -> None:
         """Write a full model (safetensors + config, and tokenizer or processor) that the
         family's ``from_pretrained`` loads. `state_dict` is the full, gathered state of the
         model `build_model` returns (after `prepare_model`), as CPU tensors. Rank 0 only."""
@@ -179,10 +179,10 @@ class Family:
 
     # -- run hooks (optional; all no-ops by default) -----------------------------------
     # Called by the trainer on EVERY rank, so a hook may use collectives.
-    def on_prepared(self, model: "torch.nn.Module", accelerator: Any) -> None:
+    def on_prepared(self, model: torch.nn.Module, accelerator: Any) -> None:
         """After ``accelerator.prepare``: the model is wrapped/sharded (e.g. create EMA shadows)."""
 
-    def on_optimizer_step(self, model: "torch.nn.Module", step: int) -> None:
+    def on_optimizer_step(self, model: torch.nn.Module, step: int) -> None:
         """After each optimizer step (``step`` is the new step count), e.g. an EMA update."""
 
     def save_state(self, folder: Path, accelerator: Any) -> None:
@@ -191,7 +191,7 @@ class Family:
     def load_state(self, folder: Path, accelerator: Any) -> None:
         """Restore what `save_state` wrote, after ``accelerator.load_state`` on resume."""
 
-    def on_train_end(self, model: "torch.nn.Module", accelerator: Any) -> None:
+    def on_train_end(self, model: torch.nn.Module, accelerator: Any) -> None:
         """After the last step, before `export` (e.g. gather EMA weights for export)."""
 
     def describe(self) -> str:

@@ -63,7 +63,7 @@ def _items_per_rank(labels):
 class RowsDataset:
     """Map-style training rows (a `datasets.Dataset` of packed or padded rows)."""
 
-    def __init__(self, rows: "Any", packed: bool) -> None:
+    def __init__(self, rows: Any, packed: bool) -> None:
         self.ds, self.packed = rows, packed
 
     def __len__(self) -> int:
@@ -189,7 +189,8 @@ class CausalLMFamily(Family):
         self.data_stats = stats.to_dict()
         self.packed_rows = pipe.packed
         if self.settings.data.streaming:
-            train = self.train_rows_stream = self._stream(pipe, *train, stats.format)
+            src, ds = train
+            train = self.train_rows_stream = self._stream(pipe, src, ds, stats.format)
         else:
             train = RowsDataset(train, pipe.packed)
         return train, (RowsDataset(val, pipe.packed) if val is not None and len(val) else None)
@@ -269,7 +270,7 @@ class CausalLMFamily(Family):
         if self.settings.model.type == "lora":
             model = model.merge_and_unload()
         # Non-persistent buffers (rotary frequencies) are still on meta: recompute on CPU.
-        for name, mod in model.named_modules():
+        for _name, mod in model.named_modules():
             if hasattr(mod, "inv_freq") and mod.inv_freq.is_meta:
                 inv_freq, scale = mod.rope_init_fn(mod.config, "cpu") if hasattr(mod, "rope_init_fn") else (None, None)
                 if inv_freq is not None:

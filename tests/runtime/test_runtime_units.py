@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from tuner.compiler.strategy import Strategy
 from tuner.runtime import checkpoint as ck
 from tuner.runtime.artefacts import RunError
 from tuner.runtime.maintenance import clear_offload_cache, stale_but_kept
@@ -67,13 +68,13 @@ def test_incompatible_resume_is_refused_with_a_way_out(then, now, sdt, world, fr
     meta = ck.CheckpointMeta(step=5, strategy=then, state_dict_type="deepspeed" if then.startswith("zero") else
                              ("sharded" if then.startswith("fsdp") else "full"), world_size=2)
     with pytest.raises(RunError) as e:
-        ck.check_compatible(meta, now, sdt, world, tmp_path)
+        ck.check_compatible(meta, Strategy(now), sdt, world, tmp_path)
     assert fragment in e.value.message and "tuner checkpoint export" in e.value.message
 
 
 def test_compatible_resume_passes(tmp_path):
     meta = ck.CheckpointMeta(step=5, strategy="zero2", state_dict_type="deepspeed", world_size=2)
-    ck.check_compatible(meta, "zero2", "deepspeed", 2, tmp_path)
+    ck.check_compatible(meta, Strategy.ZERO2, "deepspeed", 2, tmp_path)
 
 
 def test_clear_offload_cache_removes_only_deepspeed_swap_dirs(tmp_path):

@@ -31,17 +31,19 @@ def run(args) -> int:
         _report_usage(args, str(result.out_dir), f"cannot write artefacts: {describe_os_error(exc)}")
         return EXIT_USAGE
     items = result.diagnostics.items
+    plan = result.plan
+    assert plan is not None  # a result that compiled has a plan
     if args.quiet:
         items = [d for d in items if d.severity != "note"]
     if not getattr(args, "verify", False):
-        _print(args, items, ok=True, out=str(out), files=sorted(result.files), strategy=result.plan.strategy)
+        _print(args, items, ok=True, out=str(out), files=sorted(result.files), strategy=plan.strategy)
         return EXIT_OK
     from tuner.compiler.verify import run_in_subprocess
 
     project = args.settings.resolve().parent
-    code, verdict = run_in_subprocess(out, project, result.plan.uses_deepspeed)
+    code, verdict = run_in_subprocess(out, project, plan.uses_deepspeed)
     ok = code == 0
-    _print(args, items, ok=True, out=str(out), files=sorted(result.files), strategy=result.plan.strategy,
+    _print(args, items, ok=True, out=str(out), files=sorted(result.files), strategy=plan.strategy,
            verify={"ok": ok, "output": verdict})
     if args.format != "json":
         print(verdict, file=sys.stdout if ok else sys.stderr)

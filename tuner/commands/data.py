@@ -64,7 +64,7 @@ def run(args) -> int:
 
 
 def _first(train, n: int) -> list[dict]:
-    out = []
+    out: list[dict] = []
     for row in (train[i] for i in range(min(n, len(train)))) if hasattr(train, "__len__") else train:
         if len(out) >= n:
             break
@@ -90,7 +90,7 @@ def _summary(st: dict) -> str:
 
 def _render(tok, row: dict, colour: bool) -> str:
     parts, state = [], None
-    for i, (t, lab, p) in enumerate(zip(row["input_ids"][: row["real"]], row["labels"], row["position_ids"])):
+    for i, (t, lab, p) in enumerate(zip(row["input_ids"][: row["real"]], row["labels"], row["position_ids"], strict=False)):
         text = tok.decode([t])
         if p == 0 and i:
             text = ("\n" + MASKED + "| " + RESET if colour else "\n| ") + text  # a new document

@@ -98,7 +98,7 @@ def _check_trainable(arts) -> None:
     if s.model.family not in FAMILIES:
         raise RunError(f"tuner run cannot train model family {s.model.family!r} (it trains {', '.join(sorted(FAMILIES))}); "
                        f"use the artefacts with your own trainer: accelerate launch --config_file "
-                       f"{arts.build_dir / 'accelerate.yaml'} SCRIPT", exit_code=EXIT_INVALID)
+                       f"{arts.accelerate_yaml} SCRIPT", exit_code=EXIT_INVALID)
     from tuner.runtime.optim import missing_optimizer_package
 
     problem = missing_optimizer_package(s.training.optimizer) if not s.deepspeed.enabled else None

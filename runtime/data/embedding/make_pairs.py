@@ -1,7 +1,10 @@
 """Writes tuner's bundled query/positive pair set (hand-written facts, several kinds).
 
 Regenerate with: python runtime/data/embedding/make_pairs.py (deterministic)."""
-import json, random
+# ruff: noqa: E501  (one line per fact table: the data reads as written)
+import json
+import random
+
 capitals = """France Paris|Germany Berlin|Italy Rome|Spain Madrid|Portugal Lisbon|Greece Athens|Poland Warsaw|Austria Vienna|Hungary Budapest|Sweden Stockholm|Norway Oslo|Finland Helsinki|Denmark Copenhagen|Ireland Dublin|Belgium Brussels|Netherlands Amsterdam|Switzerland Bern|Czechia Prague|Romania Bucharest|Bulgaria Sofia|Serbia Belgrade|Croatia Zagreb|Ukraine Kyiv|Russia Moscow|Turkey Ankara|Egypt Cairo|Kenya Nairobi|Nigeria Abuja|Ghana Accra|Ethiopia Addis Ababa|Morocco Rabat|Algeria Algiers|Tunisia Tunis|Senegal Dakar|Japan Tokyo|China Beijing|India New Delhi|Pakistan Islamabad|Bangladesh Dhaka|Nepal Kathmandu|Thailand Bangkok|Vietnam Hanoi|Indonesia Jakarta|Philippines Manila|Malaysia Kuala Lumpur|South Korea Seoul|Mongolia Ulaanbaatar|Iran Tehran|Iraq Baghdad|Saudi Arabia Riyadh|Israel Jerusalem|Jordan Amman|Lebanon Beirut|Syria Damascus|Afghanistan Kabul|Canada Ottawa|Mexico Mexico City|Cuba Havana|Brazil Brasilia|Argentina Buenos Aires|Chile Santiago|Peru Lima|Colombia Bogota|Venezuela Caracas|Ecuador Quito|Bolivia Sucre|Uruguay Montevideo|Paraguay Asuncion|Australia Canberra|New Zealand Wellington|Iceland Reykjavik|Estonia Tallinn|Latvia Riga|Lithuania Vilnius"""
 elements = "hydrogen H|helium He|lithium Li|carbon C|nitrogen N|oxygen O|fluorine F|neon Ne|sodium Na|magnesium Mg|aluminium Al|silicon Si|phosphorus P|sulfur S|chlorine Cl|argon Ar|potassium K|calcium Ca|iron Fe|copper Cu|zinc Zn|silver Ag|gold Au|tin Sn|lead Pb|mercury Hg|platinum Pt|uranium U|nickel Ni|cobalt Co|titanium Ti|iodine I|bromine Br|chromium Cr|manganese Mn|tungsten W"
 young = "cow calf|dog puppy|cat kitten|horse foal|sheep lamb|goat kid|pig piglet|duck duckling|goose gosling|lion cub|bear cub|frog tadpole|kangaroo joey|swan cygnet|owl owlet|deer fawn|eagle eaglet|hen chick|seal pup|butterfly caterpillar"
@@ -10,10 +13,9 @@ past = "run ran|eat ate|go went|see saw|write wrote|take took|give gave|speak sp
 colours = "grass green|sky blue|snow white|coal black|blood red|banana yellow|orange orange|chocolate brown|lavender purple|flamingo pink|ash grey|emerald green|sapphire blue|ruby red|lemon yellow|milk white|tar black|carrot orange|plum purple|rose red"
 langs = "Brazil Portuguese|Mexico Spanish|Austria German|Egypt Arabic|Iran Persian|Japan Japanese|China Mandarin|Greece Greek|Poland Polish|Finland Finnish|Hungary Hungarian|Israel Hebrew|Turkey Turkish|Vietnam Vietnamese|Thailand Thai|Netherlands Dutch|Sweden Swedish|Norway Norwegian|Denmark Danish|Russia Russian"
 inventors = "telephone:Alexander Graham Bell|light bulb:Thomas Edison|printing press:Johannes Gutenberg|theory of relativity:Albert Einstein|discovery of penicillin:Alexander Fleming|World Wide Web:Tim Berners-Lee|invention of dynamite:Alfred Nobel|radio:Guglielmo Marconi|steam engine:James Watt|first airplane flight:the Wright brothers|polio vaccine:Jonas Salk|laws of motion:Isaac Newton|theory of evolution:Charles Darwin|research on radioactivity:Marie Curie|periodic table:Dmitri Mendeleev|alternating current:Nikola Tesla"
-pairs = []
+pairs: list[tuple[str, str, str]] = []
 def split(s):
-    for item in s.split("|"):
-        yield item
+    yield from s.split("|")
 for item in split(capitals):
     words = item.split(" ")
     # country names may be two words; capitals known by lookup on the table above
@@ -25,10 +27,12 @@ for item in capitals.split("|"):
         c, k = " ".join(parts[:i]), " ".join(parts[i:])
         if c in ("South", "New", "Saudi", "Addis", "Kuala", "Buenos", "Mexico") and i == 1:
             continue
-        cap[c] = k; break
+        cap[c] = k
+        break
 fix = {"South Korea": "Seoul", "New Zealand": "Wellington", "Saudi Arabia": "Riyadh", "Ethiopia": "Addis Ababa", "Malaysia": "Kuala Lumpur", "Argentina": "Buenos Aires", "Mexico": "Mexico City", "India": "New Delhi"}
 for c in list(cap):
-    if c.startswith(("South", "New", "Saudi")): del cap[c]
+    if c.startswith(("South", "New", "Saudi")):
+        del cap[c]
 cap.update(fix)
 cap = {c: k for c, k in cap.items() if " " not in c or c in fix}
 rng = random.Random(1)

@@ -11,7 +11,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "diffusion"
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..base import FamilyError
 
@@ -55,7 +56,7 @@ class EMA:
 
         d = self.current_decay()
         with torch.no_grad():
-            for p, s in zip(self.params, self.shadows):
+            for p, s in zip(self.params, self.shadows, strict=False):
                 s.mul_(d).add_(local_shard(p).detach().to(s.device, torch.float32), alpha=1.0 - d)
         self.num_updates += 1
 
@@ -67,7 +68,7 @@ class EMA:
         folder = Path(folder) / "ema"
         folder.mkdir(parents=True, exist_ok=True)
         if self.sharded or rank == 0:
-            tensors = {n: s.contiguous() for n, s in zip(self.names, self.shadows)}
+            tensors = {n: s.contiguous() for n, s in zip(self.names, self.shadows, strict=False)}
             save_file(tensors, str(folder / f"rank{rank if self.sharded else 0}.safetensors"))
         if rank == 0:
             meta = {"decay": self.decay, "num_updates": self.num_updates, "sharded": self.sharded,
@@ -100,7 +101,7 @@ class EMA:
         import torch
 
         out = {}
-        for name, p, s in zip(self.names, self.params, self.shadows):
+        for name, p, s in zip(self.names, self.params, self.shadows, strict=False):
             if hasattr(p, "to_local"):
                 from torch.distributed.tensor import DTensor
 

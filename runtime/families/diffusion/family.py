@@ -36,7 +36,7 @@ class DiffusionFamily(Family):
         super().__init__(ctx)
         self._cond: TextConditioner | None = None
         self._vae = None
-        self._scheduler = None
+        self._scheduler: Any = None
         self.ema: EMA | None = None
         self._ema_export: dict[str, Any] | None = None
         self._evals = 0
@@ -149,7 +149,7 @@ class DiffusionFamily(Family):
         if self.kind == "dit":
             return []  # see prepare_model: DiT is sharded as one unit
         found = {type(m).__name__ for m in model.modules()}
-        wanted = [c for c in ("BasicTransformerBlock", "JointTransformerBlock", "ResnetBlock2D") if c in found]
+        wanted: list[str] = [c for c in ("BasicTransformerBlock", "JointTransformerBlock", "ResnetBlock2D") if c in found]
         return wanted or list(getattr(model, "_no_split_modules", None) or [])
 
     # -- data -----------------------------------------------------------------------
@@ -157,7 +157,7 @@ class DiffusionFamily(Family):
         d = self.settings.data
         rows, table = self._read(d.path)
         buckets = self._buckets()
-        dropout = dict(caption_dropout=d.caption_dropout, seed=self.ctx.seed + self.ctx.rank)
+        dropout: dict[str, Any] = dict(caption_dropout=d.caption_dropout, seed=self.ctx.seed + self.ctx.rank)
         if d.validation_path:
             val_rows, val_table = self._read(d.validation_path)
             return ImageDataset(rows, buckets, table, **dropout), ImageDataset(val_rows, buckets, val_table)
@@ -198,9 +198,9 @@ class DiffusionFamily(Family):
 
     def collate(self, samples):
         """Resize the batch to its majority bucket; tokenise captions to fixed-length ids."""
-        import torch
-
         from collections import Counter
+
+        import torch
 
         buckets = self._buckets()
         bucket = Counter(s["bucket"] for s in samples).most_common(1)[0][0]

@@ -52,7 +52,7 @@ def grid_image(images: list, scale: int = 1):
 def save_images(images: list, prompts: list[str], folder: Path, scale: int = 1) -> None:
     """One PNG per prompt (named after it), ``prompts.json`` and an enlarged ``grid.png``."""
     folder.mkdir(parents=True, exist_ok=True)
-    for i, (img, prompt) in enumerate(zip(images, prompts)):
+    for i, (img, prompt) in enumerate(zip(images, prompts, strict=False)):
         safe = "".join(c if c.isalnum() else "_" for c in prompt)[:48]
         img.save(folder / f"{i:02d}_{safe}.png")
     (folder / "prompts.json").write_text(json.dumps(prompts, indent=2) + "\n")

@@ -153,7 +153,7 @@ def read_image_dataset(path: Path, image_column: str = "", caption_column: str =
     cap = _caption_column(columns, str(path), caption_column)
     labels = ds["label"] if "label" in columns else [0] * len(ds)
     rows = [{"image": i, "caption": "" if c is None else str(c[0] if isinstance(c, list) and c else c),
-             "label": _label(lab)} for i, (c, lab) in enumerate(zip(ds[cap], labels))]
+             "label": _label(lab)} for i, (c, lab) in enumerate(zip(ds[cap], labels, strict=False))]
     if not rows:
         raise FamilyError(f"{path} holds no rows")
     return rows, ds.select_columns([column]).rename_column(column, "image")

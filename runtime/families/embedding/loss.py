@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -28,7 +28,7 @@ class _GatherWithGrad(torch.autograd.Function):
         padded[: tensor.shape[0]] = tensor
         parts = [torch.empty_like(padded) for _ in sizes]
         dist.all_gather(parts, padded.contiguous())
-        return torch.cat([p[:n] for p, n in zip(parts, sizes)], dim=0)
+        return torch.cat([p[:n] for p, n in zip(parts, sizes, strict=False)], dim=0)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
