@@ -163,7 +163,8 @@ def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
     if topo.num_machines == 1:  # one machine: any free port will do (another run may hold the compiled one)
         topo.main_port = free_port(topo.main_port)
     env = accelerate_env(arts, topo)
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    if not os.environ.get("OMP_NUM_THREADS"):  # the person's own setting wins (accelerate launch's rule)
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
     os.environ.update(env)
     if topo.num_machines > 1:
         # Every machine must meet at the same address and port: no fallback port here.
