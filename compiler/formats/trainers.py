@@ -147,8 +147,12 @@ def read_axolotl(data: dict[str, Any], path: Path, out: Imported) -> None:
                                "targets are used (set model.lora_target_modules to name them)")
     elif adapter:
         other["adapter"] = data["adapter"]
+    qlora = data.get("load_in_4bit") is True and adapter in ("lora", "qlora")
+    if qlora:
+        out.set("model.base_precision", "nf4-bnb", src)  # QLoRA: bitsandbytes 4-bit NF4, as axolotl loads it
     for key in ("load_in_4bit", "load_in_8bit", "lora_target_linear"):
-        if data.get(key) and not (key == "lora_target_linear" and adapter in ("lora", "qlora")):
+        imported = (key == "load_in_4bit" and qlora) or (key == "lora_target_linear" and adapter in ("lora", "qlora"))
+        if data.get(key) and not imported:
             other[key] = data[key]
     _datasets(data.get("datasets"), src, out, other)
     if data.get("deepspeed"):
