@@ -1,5 +1,5 @@
 """Rules for the keys only `tuner run` reads: trackers (``logging.*``) and LoRA targets / QLoRA
-(``model.lora_target_modules``, ``model.load_in_4bit``). Whether a tracker package or
+(``model.lora_target_modules``, ``model.base_precision = "nf4-bnb"``). Whether a tracker package or
 bitsandbytes is installed is checked by `tuner run` before any rank starts
 (runtime/extras.py); the compiler may run where neither is."""
 
@@ -8,6 +8,9 @@ from __future__ import annotations
 from .diagnostics import Diagnostics
 from .sections.tracking import TRACKERS
 from .settings import Settings
+
+#: The base precision `tuner run` loads for QLoRA (bitsandbytes 4-bit NF4).
+QLORA_PRECISION = "nf4-bnb"
 
 
 def check_runtime_keys(s: Settings, platform: str, diags: Diagnostics) -> None:
@@ -19,17 +22,17 @@ def check_runtime_keys(s: Settings, platform: str, diags: Diagnostics) -> None:
     if "all-linear" in targets and len(targets) > 1:
         diags.error("model.lora_target_modules", "\"all-linear\" already names every linear layer; it cannot be "
                     "combined with module names", "write lora_target_modules = \"all-linear\", or list module names only")
-    if s.model.load_in_4bit:
+    if s.model.base_precision == QLORA_PRECISION:
         if s.model.type != "lora":
-            diags.error("model.load_in_4bit", "a 4-bit base model cannot be trained in full; QLoRA trains LoRA "
-                        "adapters on it", "set model.type = \"lora\", or model.load_in_4bit = false")
+            diags.error("model.base_precision", "a 4-bit base model cannot be trained in full; QLoRA trains LoRA "
+                        "adapters on it", "set model.type = \"lora\", or model.base_precision = \"no_change\"")
         if platform != "cuda":
-            diags.error("model.load_in_4bit", f"4-bit loading (bitsandbytes) needs CUDA GPUs; the target platform is "
-                        f"{platform}", "set model.load_in_4bit = false (plain LoRA), or hardware.platform = \"cuda\" "
+            diags.error("model.base_precision", f"4-bit loading (bitsandbytes) needs CUDA GPUs; the target platform is "
+                        f"{platform}", "set model.base_precision = \"no_change\" (plain LoRA), or hardware.platform = \"cuda\" "
                         "when compiling for a CUDA machine")
         if s.model.path.strip().startswith("builtin"):
-            diags.error("model.load_in_4bit", "a built-in model is built, not loaded: there is no 4-bit base to load",
-                        "set model.path to a local model folder, or model.load_in_4bit = false")
+            diags.error("model.base_precision", "a built-in model is built, not loaded: there is no 4-bit base to load",
+                        "set model.path to a local model folder, or model.base_precision = \"no_change\"")
         if s.model.family != "causal_lm":
-            diags.error("model.load_in_4bit", f"tuner run loads a 4-bit base for causal_lm models only, not "
-                        f"{s.model.family}", "set model.load_in_4bit = false")
+            diags.error("model.base_precision", f"tuner run loads a 4-bit base for causal_lm models only, not "
+                        f"{s.model.family}", "set model.base_precision = \"no_change\"")

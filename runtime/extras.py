@@ -60,8 +60,8 @@ def needed(arts, trains: bool) -> dict[str, str]:
             need["diffusers"] = "model.family = \"diffusion\""
         if s.model.type == "lora":
             need["peft"] = "model.type = \"lora\""
-        if s.model.load_in_4bit:
-            need["bitsandbytes"] = "model.load_in_4bit = true (QLoRA)"
+        if s.model.base_precision == "nf4-bnb":
+            need["bitsandbytes"] = "model.base_precision = \"nf4-bnb\" (QLoRA)"
         from .tracking import PACKAGES, requested
 
         for name in requested(s):

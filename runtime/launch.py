@@ -147,6 +147,14 @@ def _launch_accelerate(arts: Artefacts, entry: Entry, topo: Topology) -> int:
     return rc
 
 
+def rank_threads(nproc: int) -> dict[str, str]:
+    """OMP_NUM_THREADS for CPU ranks: the person's own setting wins (accelerate launch's rule);
+    unset, the machine's cores shared among the ranks."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc))}
+
+
 def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -163,7 +171,7 @@ def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
     if topo.num_machines == 1:  # one machine: any free port will do (another run may hold the compiled one)
         topo.main_port = free_port(topo.main_port)
     env = accelerate_env(arts, topo)
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    env.update(rank_threads(nproc))
     os.environ.update(env)
     if topo.num_machines > 1:
         # Every machine must meet at the same address and port: no fallback port here.

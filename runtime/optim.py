@@ -38,6 +38,20 @@ def lr_schedule(kind: str, optimizer, warmup: int, total: int):
     return get_scheduler(kind, optimizer, num_warmup_steps=warmup, num_training_steps=max(1, total))
 
 
+#: Devices with torch's fused Adam/AdamW kernels (torch.optim's ``fused=True``).
+FUSED_DEVICES = ("cuda", "cpu", "xpu", "mps")
+
+
+def fused_kwargs(params: list) -> dict[str, bool]:
+    """``{"fused": True}`` where every parameter is a float tensor on a device with torch's
+    fused Adam kernel: one kernel per dtype and device instead of a Python loop over the
+    tensors (transformers' default optimizer is the same, ``adamw_torch_fused``). FSDP2's
+    DTensor parameters and DeepSpeed's flat partitions take it too."""
+    ok = bool(params) and all(isinstance(p, torch.Tensor) and p.is_floating_point()
+                              and p.device.type in FUSED_DEVICES for p in params)
+    return {"fused": True} if ok else {}
+
+
 def offload_optimizer_block(ds_cfg: dict, training: Any) -> dict | None:
     """ZeRO-Offload with no optimizer block in deepspeed.json: the block tuner run adds to
     accelerate's in-memory DeepSpeed config, so that DeepSpeed builds its CPU Adam with the engine
@@ -71,7 +85,7 @@ def optimizer_and_scheduler(params: list, training: Any, ds_cfg: dict, total_ste
     elif t.optimizer == "sgd":
         opt = torch.optim.SGD(params, lr=t.learning_rate, weight_decay=t.weight_decay)
     elif t.optimizer == "adam":
-        opt = torch.optim.Adam(params, lr=t.learning_rate, weight_decay=t.weight_decay)
+        opt = torch.optim.Adam(params, lr=t.learning_rate, weight_decay=t.weight_decay, **fused_kwargs(params))
     elif t.optimizer in PACKAGED:
         problem = missing_optimizer_package(t.optimizer)
         if problem:
@@ -79,7 +93,7 @@ def optimizer_and_scheduler(params: list, training: Any, ds_cfg: dict, total_ste
         module, cls, _ = PACKAGED[t.optimizer]
         opt = getattr(importlib.import_module(module), cls)(params, lr=t.learning_rate, weight_decay=t.weight_decay)
     else:
-        opt = torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=t.weight_decay)
+        opt = torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=t.weight_decay, **fused_kwargs(params))
     if "scheduler" in ds_cfg:
         # The JSON's scheduler wins (compile said so). accelerate divides total_num_steps
         # by the number of processes (it expects a count over the unsharded data).

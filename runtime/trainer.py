@@ -227,7 +227,8 @@ class Trainer:
         self.losses: list[float] = []
         self.model.train()
         accum = t.gradient_accumulation_steps
-        step_loss, step_units, t_step = 0.0, 0, time.perf_counter()
+        # The loss is summed on the device and read (one host sync) only on logging steps.
+        step_loss, step_units, t_step = self._zero_loss(), 0, time.perf_counter()
         while self.step < self.total_steps:
             self.train_loader.set_epoch(self.epoch)
             loader = self.train_loader
@@ -249,7 +250,7 @@ class Trainer:
                         self.scheduler.step()
                     self.optimizer.zero_grad(set_to_none=True)
                 self.batches_in_epoch += 1
-                step_loss += float(loss.detach()) / accum
+                step_loss += loss.detach().float() / accum
                 step_units += self.fam.batch_units(batch)
                 if not self.acc.sync_gradients:
                     continue
@@ -258,7 +259,7 @@ class Trainer:
                 self.tokens_seen += step_units * self.world
                 metrics = None
                 if t.log_every and (self.step % t.log_every == 0 or self.step == self.total_steps):
-                    mean = float(self.acc.reduce(torch.tensor([step_loss], device=self.acc.device), "mean")[0])
+                    mean = float(self.acc.reduce(step_loss.reshape(1), "mean")[0])
                     dt = time.perf_counter() - t_step
                     metrics = {"loss": mean, "lr": self._lr(), "epoch": self.epoch,
                                "throughput": step_units * self.world / max(dt, 1e-9), "tokens_seen": self.tokens_seen}
@@ -266,7 +267,7 @@ class Trainer:
                     self.losses.append(mean)
                 rep.step(self.step, metrics)
                 self.callbacks.fire("on_step_end", self, metrics)
-                step_loss, step_units = 0.0, 0
+                step_loss, step_units = self._zero_loss(), 0
                 if t.validation_every and self.step % t.validation_every == 0:
                     self.validate()
                 if self.s.checkpoint.every_steps and self.step % self.s.checkpoint.every_steps == 0:
@@ -277,6 +278,9 @@ class Trainer:
             else:
                 self.epoch += 1
                 self.batches_in_epoch = 0
+
+    def _zero_loss(self) -> torch.Tensor:
+        return torch.zeros((), dtype=torch.float32, device=self.acc.device)
 
     def _lr(self) -> float:
         try:

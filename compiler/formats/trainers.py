@@ -16,7 +16,7 @@ rest to accelerate and the HF Trainer:
 Paths inside the file (``deepspeed_configs/zero3.json``, ``examples/deepspeed/ds_z3.json``)
 are relative to the directory the tool is started in, usually the repository root: they are
 looked up next to the file and in its parent directories. Keys tuner has no place for are
-listed as not imported.
+listed as not imported; the data keys are read in trainer_data.py.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import Imported
+from .trainer_data import axolotl_data, llamafactory_data
 
 AXOLOTL_MARKS = {"base_model", "micro_batch_size", "sequence_len", "datasets", "adapter"}
 LLAMAFACTORY_MARKS = {"model_name_or_path", "finetuning_type", "stage", "template", "cutoff_len", "dataset"}
@@ -147,10 +148,14 @@ def read_axolotl(data: dict[str, Any], path: Path, out: Imported) -> None:
                                "targets are used (set model.lora_target_modules to name them)")
     elif adapter:
         other["adapter"] = data["adapter"]
+    qlora = data.get("load_in_4bit") is True and adapter in ("lora", "qlora")
+    if qlora:
+        out.set("model.base_precision", "nf4-bnb", src)  # QLoRA: bitsandbytes 4-bit NF4, as axolotl loads it
     for key in ("load_in_4bit", "load_in_8bit", "lora_target_linear"):
-        if data.get(key) and not (key == "lora_target_linear" and adapter in ("lora", "qlora")):
+        imported = (key == "load_in_4bit" and qlora) or (key == "lora_target_linear" and adapter in ("lora", "qlora"))
+        if data.get(key) and not imported:
             other[key] = data[key]
-    _datasets(data.get("datasets"), src, out, other)
+    axolotl_data(data, src, out, other)
     if data.get("deepspeed"):
         _deepspeed(data["deepspeed"], path, src, out)
     elif data.get("fsdp") or data.get("fsdp_config"):
@@ -174,16 +179,6 @@ def _optimizer(name: Any, src: str, out: Imported, other: dict[str, Any]) -> Non
         out.set("training.optimizer", low, src)
     else:
         other["optimizer"] = name
-
-
-def _datasets(datasets: Any, src: str, out: Imported, other: dict[str, Any]) -> None:
-    """One local data file becomes data.path; hub data sets (tuner reads local data) are listed."""
-    local = [d for d in datasets or [] if isinstance(d, dict) and isinstance(d.get("path"), str)
-             and (d["path"].startswith((".", "/")) or d["path"].endswith((".json", ".jsonl", ".parquet", ".txt")))]
-    if datasets and len(datasets) == 1 and len(local) == 1:
-        out.set("data.path", local[0]["path"], src)
-    elif datasets:
-        other["datasets"] = datasets
 
 
 def _axolotl_fsdp(data: dict[str, Any], src: str, out: Imported) -> None:
@@ -253,6 +248,7 @@ def read_llamafactory(data: dict[str, Any], path: Path, out: Imported) -> None:
         else:
             other[key] = value
     hf_trainer.read(rest, path, out)
+    llamafactory_data(data, src, out, other)
     if data.get("deepspeed"):
         _deepspeed(data["deepspeed"], path, src, out)
     if other:

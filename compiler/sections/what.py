@@ -38,8 +38,10 @@ class ModelSettings:
         help="Train every weight (full) or LoRA adapters only (lora).")
     base_precision: str = setting(
         "no_change", aliases=("base_model_precision",), step="model",
-        help="Quantise the frozen base model (SimpleTuner's int8-quanto, nf4-bnb, ...): no_change keeps its "
-             "precision; tuner run trains only no_change (another value is for your own trainer).")
+        help="Precision of the frozen base model: no_change keeps it; nf4-bnb loads a causal LM folder's base "
+             "in 4-bit NF4 (bitsandbytes, CUDA only) for QLoRA with model.type = \"lora\" (axolotl's "
+             "load_in_4bit); other values (SimpleTuner's int8-quanto, ...) compile for your own trainer, "
+             "tuner run refuses them.")
     lora_rank: int = setting(
         8, aliases=("lora_rank",), minimum=1, step="model", order=4,
         help="LoRA rank.")
@@ -53,10 +55,6 @@ class ModelSettings:
         [], aliases=("lora_target_modules",), step="model", order=7,
         help="Module names LoRA adapts (e.g. [\"q_proj\", \"v_proj\"]); \"all-linear\" for every linear layer but "
              "the output head (PEFT's); empty picks the family's attention projections.")
-    load_in_4bit: bool = setting(
-        False, aliases=("load_in_4bit",), step="model",
-        help="QLoRA: load the frozen base model in 4-bit NF4 (bitsandbytes, CUDA only) and train LoRA adapters "
-             "on it; needs model.type = \"lora\".")
     pooling: str = setting(
         "mean", aliases=("pooling",), choices=("mean", "cls", "last"), step="model", order=8,
         help="Embedding pooling.")

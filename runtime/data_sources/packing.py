@@ -91,7 +91,8 @@ def pack_documents(docs: Iterable[tuple[list[int], list[int]]], seq_len: int, pa
 def collate_rows(samples: list[dict[str, Any]], pad_id: int, packed: bool) -> dict[str, Any]:
     """A batch of tensors. Packed rows (all ``seq_len`` long): input_ids, labels, position_ids.
     Padded rows: input_ids, labels, attention_mask (right padding). Both: ``n_real``, the
-    count of real (not padding) tokens."""
+    count of real (not padding) tokens, a Python int (never moved to the device, so counting
+    tokens per step costs no host sync)."""
     import torch
 
     real = sum(int(s["real"][0]) for s in samples)
@@ -107,5 +108,5 @@ def collate_rows(samples: list[dict[str, Any]], pad_id: int, packed: bool) -> di
             labels.append(list(s["labels"]) + [IGNORE] * (width - n))
             mask.append([1] * n + [0] * (width - n))
         batch = {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels), "attention_mask": torch.tensor(mask)}
-    batch["n_real"] = torch.tensor(real)
+    batch["n_real"] = real
     return batch

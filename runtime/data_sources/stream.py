@@ -89,4 +89,4 @@ class StreamLoader:
 
     def __iter__(self):
         for batch in self.loader:
-            yield {k: v.to(self.device) for k, v in batch.items()}
+            yield {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}

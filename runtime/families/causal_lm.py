@@ -72,6 +72,11 @@ class RowsDataset:
     def __getitem__(self, i: int) -> dict[str, Any]:
         return self.ds[int(i)]
 
+    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+        """A micro-batch's rows in one read of the Arrow table (torch's DataLoader asks for
+        them this way when the method exists), not one read per row."""
+        return self.ds.__getitems__([int(i) for i in indices])
+
     @property
     def rows(self):
         """The input ids of every row as one 2-D tensor (packed rows all have seq_len tokens)."""
@@ -217,7 +222,7 @@ class CausalLMFamily(Family):
         return collate_rows(samples, pad_id(self.tokenizer()), packed=self.packed_rows)
 
     def batch_units(self, batch) -> int:
-        real = int(batch["n_real"]) if "n_real" in batch else int(batch["input_ids"].numel())
+        real = int(batch["n_real"]) if "n_real" in batch else int(batch["input_ids"].numel())  # an int: no sync
         self._units[0] += real
         self._units[1] += int(batch["input_ids"].numel())
         self._units[2] += 1

@@ -1,5 +1,5 @@
 """The one LoRA builder every family calls (peft), driven by the ``model.lora_*`` settings,
-and the 4-bit base of QLoRA (``model.load_in_4bit``, bitsandbytes).
+and the 4-bit base of QLoRA (``model.base_precision = "nf4-bnb"``, bitsandbytes).
 
 Targets, as people write them (``model.lora_target_modules``):
 
@@ -64,20 +64,25 @@ def _targets(module: Any, m: Any, default_targets: Sequence[str], only_present: 
     return targets
 
 
+def _qlora(model_settings: Any) -> bool:
+    return getattr(model_settings, "base_precision", "no_change") == "nf4-bnb"
+
+
 def quantization_kwargs(model_settings: Any) -> dict[str, Any]:
-    """``from_pretrained`` arguments for a 4-bit (NF4) base when ``model.load_in_4bit`` is on
-    (QLoRA); none otherwise. Refused without CUDA or bitsandbytes (the compiler and `tuner run`
+    """``from_pretrained`` arguments for a 4-bit (NF4) base when ``model.base_precision`` is
+    ``nf4-bnb`` (QLoRA); none otherwise. Refused without CUDA or bitsandbytes (the compiler and `tuner run`
     refuse both earlier; this is the rank's own check)."""
-    if not getattr(model_settings, "load_in_4bit", False):
+    if not _qlora(model_settings):
         return {}
     import importlib.util
 
     import torch
 
     if not torch.cuda.is_available():
-        raise FamilyError("model.load_in_4bit = true needs CUDA GPUs (bitsandbytes); set it to false for plain LoRA")
+        raise FamilyError("model.base_precision = \"nf4-bnb\" needs CUDA GPUs (bitsandbytes); "
+                          "set it to \"no_change\" for plain LoRA")
     if importlib.util.find_spec("bitsandbytes") is None:
-        raise FamilyError("model.load_in_4bit = true needs bitsandbytes: pip install bitsandbytes")
+        raise FamilyError("model.base_precision = \"nf4-bnb\" needs bitsandbytes: pip install bitsandbytes")
     from transformers import BitsAndBytesConfig
 
     # The storage dtype matches the compute dtype so that FSDP can shard the packed weights.
@@ -98,7 +103,7 @@ def apply_lora(module: Any, model_settings: Any, default_targets: Sequence[str],
 
     m = model_settings
     targets = _targets(module, m, default_targets, only_present)
-    if getattr(m, "load_in_4bit", False) and getattr(module, "is_loaded_in_4bit", False):
+    if _qlora(m) and getattr(module, "is_loaded_in_4bit", False):
         from peft import prepare_model_for_kbit_training
 
         module = prepare_model_for_kbit_training(module, use_gradient_checkpointing=False)

@@ -1,5 +1,6 @@
 """LoRA targets as people write them — "all-linear" (PEFT's own), module lists, the family
-default — and QLoRA (model.load_in_4bit) refused where bitsandbytes cannot run: at compile
+default — and QLoRA (model.base_precision = "nf4-bnb", axolotl's load_in_4bit) imported, and
+refused where bitsandbytes cannot run: at compile
 on a CPU target, before any rank where bitsandbytes is missing, naming the key and the fix.
 In-process except the one refused `tuner run` (no rank starts)."""
 
@@ -13,11 +14,12 @@ from pathlib import Path
 import pytest
 from tuner.compiler import compile_text
 from tuner.compiler.diagnostics import EXIT_USAGE
+from tuner.compiler.importer import import_files
 from tuner.compiler.settings import Settings
 from tuner.runtime.families.base import FamilyContext, FamilyError
 from tuner.runtime.families.lora import quantization_kwargs
 
-from tests.conftest import EXAMPLES, run_tuner
+from tests.conftest import EXAMPLES, REPO, run_tuner
 
 
 def _family(tmp_path: Path, family: str, path: str, **model):
@@ -75,12 +77,12 @@ def _errors(text: str) -> list[str]:
 
 
 def test_compile_refuses_qlora_on_cpu_in_full_or_on_a_builtin_and_all_linear_mixed():
-    errs = _errors('[model]\npath = "builtin"\nload_in_4bit = true\nlora_target_modules = "all-linear, q_proj"\n'
+    errs = _errors('[model]\npath = "builtin"\nbase_precision = "nf4-bnb"\nlora_target_modules = "all-linear, q_proj"\n'
                    '[hardware]\nplatform = "cpu"\n')
     text = "\n".join(errs)
-    assert "model.load_in_4bit: 4-bit loading (bitsandbytes) needs CUDA GPUs; the target platform is cpu" in text
-    assert "model.load_in_4bit: a 4-bit base model cannot be trained in full" in text
-    assert "model.load_in_4bit: a built-in model is built, not loaded" in text
+    assert "model.base_precision: 4-bit loading (bitsandbytes) needs CUDA GPUs; the target platform is cpu" in text
+    assert "model.base_precision: a 4-bit base model cannot be trained in full" in text
+    assert "model.base_precision: a built-in model is built, not loaded" in text
     assert "model.lora_target_modules: \"all-linear\" already names every linear layer" in text
     assert not _errors('[model]\ntype = "lora"\nlora_target_modules = "all-linear"\n[hardware]\nplatform = "cpu"\n')
 
@@ -91,13 +93,13 @@ def test_qlora_without_bitsandbytes_is_refused_before_any_rank(tmp_path):
     shutil.copy(EXAMPLES / "fsdp2.toml", tmp_path / "settings.toml")
     c = run_tuner("compile", str(tmp_path / "settings.toml"), "--out", str(tmp_path / "build"), "-q",
                   "--set", "hardware.platform=cuda", "--set", "model.type=lora", "--set", "model.path=model",
-                  "--set", "model.load_in_4bit=true")
+                  "--set", "model.base_precision=nf4-bnb")
     assert c.returncode == 0, c.stderr
     code = ("import sys; sys.modules['bitsandbytes'] = None\n"
             f"from tuner.cli import main; sys.exit(main(['run', {str(tmp_path / 'build')!r}]))")
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert p.returncode == EXIT_USAGE, p.stderr
-    assert "model.load_in_4bit = true (QLoRA) needs bitsandbytes, which is not installed: pip install bitsandbytes" \
+    assert "model.base_precision = \"nf4-bnb\" (QLoRA) needs bitsandbytes, which is not installed: pip install bitsandbytes" \
         in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
 
@@ -107,6 +109,17 @@ def test_the_rank_refuses_4bit_without_cuda():
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA machine may load 4-bit")
-    with pytest.raises(FamilyError, match="model.load_in_4bit = true needs CUDA"):
-        quantization_kwargs(Settings.from_dict({"model": {"load_in_4bit": True}}).model)
+    with pytest.raises(FamilyError, match="model.base_precision = \"nf4-bnb\" needs CUDA"):
+        quantization_kwargs(Settings.from_dict({"model": {"base_precision": "nf4-bnb"}}).model)
     assert quantization_kwargs(Settings().model) == {}
+
+
+def test_axolotl_load_in_4bit_with_an_adapter_imports_as_nf4_bnb_and_compiles_for_cuda():
+    """One key for the base's precision: axolotl's QLoRA file lands on model.base_precision and
+    the compile's QLoRA rules accept it (CUDA target, a model to load, LoRA)."""
+    qlora = REPO / "tests/compiler/data/peer2/axolotl-ai-cloud__axolotl/examples/qwen2/qlora-fsdp.yaml"
+    imported = import_files([qlora])
+    assert imported.values["model.base_precision"] == "nf4-bnb"
+    assert "load_in_4bit" not in imported.not_distributed.get(qlora.name, {})
+    plain = REPO / "tests/compiler/data/peer2/axolotl-ai-cloud__axolotl/examples/archived/tiny-llama/lora.yml"
+    assert "model.base_precision" not in import_files([plain]).values  # load_in_4bit: false

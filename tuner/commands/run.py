@@ -104,9 +104,9 @@ def _check_trainable(arts) -> None:
     problem = missing_optimizer_package(s.training.optimizer) if not s.deepspeed.enabled else None
     if problem:
         raise RunError(problem, exit_code=EXIT_INVALID)
-    if s.model.base_precision != "no_change":
-        raise RunError(f"tuner run does not quantise the base model (model.base_precision = {s.model.base_precision!r}); "
-                       "set it to 'no_change', or train with the trainer that does (e.g. SimpleTuner)",
+    if s.model.base_precision not in ("no_change", "nf4-bnb"):
+        raise RunError(f"tuner run does not load a {s.model.base_precision!r} base model (model.base_precision); "
+                       "set it to 'no_change', or 'nf4-bnb' for QLoRA, or train with the trainer that does (e.g. SimpleTuner)",
                        exit_code=EXIT_INVALID)
     if s.context_parallel.standalone and s.context_parallel.size > 1:
         raise RunError("tuner run does not implement standalone context parallelism (without FSDP2); "

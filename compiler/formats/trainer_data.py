@@ -1,0 +1,129 @@
+"""The data keys of axolotl and LLaMA-Factory training YAMLs -> tuner's [data] keys.
+
+What has a [data] equivalent is imported: the sequence length, packing, the held-out
+fraction, one local data file, the row form of an axolotl dataset (``type: chat_template`` is
+format chat with its messages field, ``completion`` is format text with its text field), its
+split and an inline Jinja chat template. The rest is listed as not imported, each key with the
+reason (tuner reads local files and takes a Jinja text, not the tools' own named templates or
+prompt formats).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Imported
+
+#: axolotl dataset types -> tuner's data.format, and the entry's field key -> tuner's column key.
+_AXOLOTL_TYPES = {"chat_template": ("chat", "field_messages", "data.messages_column"),
+                  "completion": ("text", "field", "data.text_column")}
+#: Dataset entry keys imported (the rest of an entry is listed with a reason).
+_ENTRY_DONE = {"path", "type", "split", "field_messages", "field"}
+
+
+def _is_local(path: str) -> bool:
+    return path.startswith((".", "/")) or path.endswith((".json", ".jsonl", ".parquet", ".txt", ".csv", ".arrow"))
+
+
+def _fraction(key: str, value: Any, src: str, out: Imported, other: dict[str, Any]) -> None:
+    """A held-out fraction -> data.validation_split (tuner holds out 0 to 0.5); a row count or a
+    larger fraction is listed."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = -1.0
+    if 0 <= number <= 0.5:
+        out.set("data.validation_split", number, src)
+    else:
+        other[key] = value
+        out.remarks.append(f"{src}: {key} {value!r} is not a fraction from 0 to 0.5 (tuner's data.validation_split "
+                           "holds out a fraction of the rows): not imported")
+
+
+def _packing(key: str, value: Any, src: str, out: Imported) -> None:
+    if isinstance(value, bool):
+        out.set("data.packing", value, src)
+
+
+def axolotl_data(data: dict[str, Any], src: str, out: Imported, other: dict[str, Any]) -> None:
+    """axolotl's data keys (popped from `other` where imported)."""
+    if "sample_packing" in data:
+        _packing("sample_packing", data["sample_packing"], src, out)
+        other.pop("sample_packing", None)
+    if "val_set_size" in data:
+        other.pop("val_set_size", None)
+        _fraction("val_set_size", data["val_set_size"], src, out, other)
+    template = data.get("chat_template")
+    if template == "jinja" and isinstance(data.get("chat_template_jinja"), str):
+        out.set("data.chat_template", data["chat_template_jinja"], src)
+        other.pop("chat_template", None)
+        other.pop("chat_template_jinja", None)
+    elif template == "tokenizer_default":
+        out.set("data.chat_template", "", src)  # the tokenizer's own, as tuner's empty value
+        other.pop("chat_template", None)
+    elif template:
+        out.remarks.append(f"{src}: chat_template {template!r} is one of axolotl's named templates; tuner uses the "
+                           "tokenizer's own template or a Jinja text in data.chat_template: not imported")
+    _datasets(data.get("datasets"), src, out, other)
+
+
+def _datasets(datasets: Any, src: str, out: Imported, other: dict[str, Any]) -> None:
+    """One dataset entry: its local path -> data.path, its form -> data.format / column, its split
+    -> data.split. A hub data set's path, several data sets and any other entry key are listed."""
+    if not datasets:
+        return
+    entries = [d for d in datasets if isinstance(d, dict)] if isinstance(datasets, list) else []
+    if len(entries) != 1 or len(datasets) != 1:
+        other["datasets"] = datasets
+        out.remarks.append(f"{src}: datasets lists {len(datasets) if isinstance(datasets, list) else 'no'} entries; "
+                           "tuner trains on one data source (data.path or data.files): not imported")
+        return
+    entry = entries[0]
+    left = {k: v for k, v in entry.items() if k not in _ENTRY_DONE}
+    path = entry.get("path")
+    if isinstance(path, str) and _is_local(path):
+        out.set("data.path", path, src)
+    elif path:
+        left["path"] = path
+        out.remarks.append(f"{src}: datasets path {path!r} is a Hugging Face Hub data set; tuner reads local data "
+                           "only (no download at run time): save it locally and set data.path")
+    kind = entry.get("type")
+    if kind in _AXOLOTL_TYPES:
+        fmt, field, column = _AXOLOTL_TYPES[kind]
+        out.set("data.format", fmt, src)
+        if isinstance(entry.get(field), str):
+            out.set(column, entry[field], src)
+    elif kind:
+        left["type"] = kind
+        out.remarks.append(f"{src}: datasets type {kind!r} is axolotl's own prompt format; tuner reads chat "
+                           "(messages), instruction (prompt/completion) or text rows: not imported")
+    split = entry.get("split")
+    if isinstance(split, str) and split.isidentifier():
+        out.set("data.split", split, src)
+    elif split:
+        left["split"] = split
+        out.remarks.append(f"{src}: datasets split {split!r} is a slice; tuner's data.split names a whole split: "
+                           "not imported")
+    extra = sorted(k for k in left if k not in ("path", "type", "split"))
+    if extra:
+        out.remarks.append(f"{src}: datasets entry key(s) {', '.join(extra)} have no [data] equivalent (tuner reads "
+                           "role/content messages, or the columns data.*_column names): not imported")
+    if left:
+        other["datasets"] = [left]
+
+
+def llamafactory_data(data: dict[str, Any], src: str, out: Imported, other: dict[str, Any]) -> None:
+    """LLaMA-Factory's data keys (popped from `other` where imported)."""
+    if "packing" in data:
+        _packing("packing", data["packing"], src, out)
+        other.pop("packing", None)
+    if "val_size" in data:
+        other.pop("val_size", None)
+        _fraction("val_size", data["val_size"], src, out, other)
+    if data.get("dataset"):
+        out.remarks.append(f"{src}: dataset {data['dataset']!r} names entries of LLaMA-Factory's dataset_info.json, "
+                           "not files: not imported; set data.path to the file an entry points to")
+    if data.get("template"):
+        out.remarks.append(f"{src}: template {data['template']!r} is one of LLaMA-Factory's named prompt templates; "
+                           "tuner uses the tokenizer's own chat template or a Jinja text in data.chat_template: "
+                           "not imported")

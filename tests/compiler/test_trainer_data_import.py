@@ -1,0 +1,73 @@
+"""axolotl and LLaMA-Factory data keys -> tuner's [data] keys (compiler/formats/trainer_data.py),
+on the public files under tests/compiler/data/peer2: what has an equivalent is imported, the
+rest is listed with its reason. In-process import only (the peer2 round trips compile them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from tuner.compiler.importer import import_files
+
+from tests.conftest import REPO
+
+PEER2 = REPO / "tests" / "compiler" / "data" / "peer2"
+AXOLOTL = PEER2 / "axolotl-ai-cloud__axolotl" / "examples"
+LLAMAFACTORY = PEER2 / "hiyouga__LLaMA-Factory" / "examples"
+
+
+def _data(path: Path) -> tuple[dict, str, dict]:
+    imported = import_files([path])
+    values = {k: v for k, v in imported.values.items() if k.startswith("data.")}
+    return values, "\n".join(imported.remarks), imported.not_distributed.get(path.name, {})
+
+
+def test_axolotl_chat_dataset_packing_and_held_out_fraction():
+    values, remarks, listed = _data(AXOLOTL / "llama-4" / "scout-qlora-flexattn-fsdp2.yaml")
+    assert values["data.format"] == "chat"
+    assert values["data.messages_column"] == "conversations"  # field_messages
+    assert values["data.validation_split"] == 0.0  # val_set_size
+    assert values["data.seq_len"] == 4096 and values["data.packing"] is True
+    # the hub path, the split slice, the role/content mapping and the named template: listed, with reasons
+    assert "'mlabonne/FineTome-100k' is a Hugging Face Hub data set; tuner reads local data only" in remarks
+    assert "split 'train[:20%]' is a slice" in remarks
+    assert "message_property_mappings have no [data] equivalent" in remarks
+    assert "chat_template 'llama4' is one of axolotl's named templates" in remarks
+    entry = listed["datasets"][0]
+    assert entry["path"] == "mlabonne/FineTome-100k" and entry["split"] == "train[:20%]"
+    assert "type" not in entry and "field_messages" not in entry
+    assert "val_set_size" not in listed
+
+
+def test_axolotl_two_datasets_are_listed_and_a_completion_entry_is_text_with_its_field(tmp_path):
+    path = AXOLOTL / "alst" / "llama3-8b-fsdp2-alst.yaml"
+    values, remarks, listed = _data(path)
+    assert values["data.packing"] is True and "sample_packing" not in listed
+    assert "datasets lists 2 entries; tuner trains on one data source" in remarks
+    assert len(listed["datasets"]) == 2 and "data.format" not in values
+    # the file's first entry alone (type: completion, field: text, data_files): text rows from that field
+    data = yaml.safe_load(path.read_text())
+    data["datasets"] = data["datasets"][:1]
+    one = tmp_path / "one.yaml"
+    one.write_text(yaml.safe_dump(data))
+    values, remarks, listed = _data(one)
+    assert values["data.format"] == "text" and values["data.text_column"] == "text"
+    assert "datasets entry key(s) data_files have no [data] equivalent" in remarks
+    assert listed["datasets"] == [{"data_files": ["pretrain/rp_sub.jsonl.zst"],
+                                   "path": "togethercomputer/Long-Data-Collections"}]
+
+
+def test_axolotl_alpaca_type_is_listed_with_its_reason():
+    values, remarks, listed = _data(AXOLOTL / "qwen2" / "qlora-fsdp.yaml")
+    assert "data.format" not in values
+    assert values["data.packing"] is True and values["data.validation_split"] == 0.05
+    assert "datasets type 'alpaca' is axolotl's own prompt format" in remarks
+    assert listed["datasets"] == [{"path": "tatsu-lab/alpaca", "type": "alpaca"}]
+
+
+def test_llamafactory_cutoff_len_imported_dataset_names_and_template_listed_with_reasons():
+    values, remarks, listed = _data(LLAMAFACTORY / "extras" / "fsdp_qlora" / "llama3_lora_sft.yaml")
+    assert values["data.seq_len"] == 2048  # cutoff_len
+    assert "dataset 'identity,alpaca_en_demo' names entries of LLaMA-Factory's dataset_info.json" in remarks
+    assert "template 'llama3' is one of LLaMA-Factory's named prompt templates" in remarks
+    assert listed["dataset"] == "identity,alpaca_en_demo" and listed["template"] == "llama3"
