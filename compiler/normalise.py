@@ -9,7 +9,8 @@ Three inputs are accepted and mapped onto one canonical, sectioned layout:
 
 Forgiving spellings (``"v2"``, ``SHARDED_STATE_DICT``, ``"A,B"`` for a list, ...) become the
 canonical value and each change is reported as a note: a key's own spellings are declared
-with it (``spellings=`` in `compiler/sections/`), the type-driven ones are `coerce_generic`. Unknown keys are errors with a
+with it (``spellings=`` in `compiler/sections/`), the type-driven ones follow its declared type
+(`compiler/coercion.py`). Unknown keys are errors with a
 "did you mean". Finally the schema validates types and enums; a key that fails falls back
 to its default so that the cross-field rules can still run and report everything at once.
 """
@@ -19,7 +20,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +28,7 @@ from typing import Any
 from . import files, value_checks
 from .diagnostics import Diagnostics
 from .schema import SchemaIndex, index, load_schema
-from .spellings import FALSE as _FALSE
 from .spellings import FAMILY_ALIASES
-from .spellings import TRUE as _TRUE
 
 # --- forgiving spellings: each key's own are declared with it (compiler/spellings.py) ---
 
@@ -39,49 +37,12 @@ def _types(prop: dict[str, Any]) -> list[str]:
     return t if isinstance(t, list) else [t]
 
 
-def coerce_generic(prop: dict[str, Any], value: Any) -> Any:
-    """Type-driven forgiving conversions: "2" -> 2, "true" -> True, "A, B" -> [A, B]."""
-    types = _types(prop)
-    if "boolean" in types and isinstance(value, str):
-        low = value.strip().lower()
-        if low in _TRUE:
-            return True
-        if low in _FALSE:
-            return False
-    if "integer" in types and not isinstance(value, bool):
-        if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d{1,19}\s*", value):
-            return int(value)
-        # A float (3.0) stays a float and is refused: an integer setting is written as one.
-    if "number" in types and isinstance(value, str) and not isinstance(value, bool):
-        try:
-            number = float(value)
-        except ValueError:
-            return value
-        return number if math.isfinite(number) else value  # "inf"/"nan" stay text and are refused
-    if "array" in types and isinstance(value, str):
-        items = [part.strip() for part in value.split(",") if part.strip()]
-        if prop.get("items", {}).get("type") == "integer" and all(re.fullmatch(r"\d+", i) for i in items):
-            return [int(i) for i in items]
-        return items
-    if "array" in types and isinstance(value, list):
-        item_type = prop.get("items", {}).get("type")
-        if item_type == "string":
-            return [v.strip() if isinstance(v, str) else v for v in value]
-    enum = prop.get("enum")
-    if enum and isinstance(value, str) and value not in enum:
-        for choice in enum:
-            if isinstance(choice, str) and choice.lower() == value.strip().lower():
-                return choice
-    return value
-
-
 def coerce(path: str, value: Any) -> Any:
     """A value written for canonical key `path` -> its canonical value: the key's declared
     spellings, then the type-driven conversions. What cannot be converted is returned as
-    written (validation reports it). The wizard's fields use this too (one coercer)."""
-    info = index().keys[path]
-    specific = info.setting.spellings  # the key's own spellings, declared with it
-    return coerce_generic(info.prop, specific(value) if specific else value)
+    written (validation reports it). The wizard's fields use this too (one coercer).
+    Both kinds come from the key's typed declaration (`compiler/coercion.py`)."""
+    return index().keys[path].coerce(value)
 
 
 # --- the result ----------------------------------------------------------------------

@@ -7,17 +7,23 @@ Schema is generated from it (`compiler/schema_gen.py`, committed as
 * the canonical key paths (``section.key``) with their JSON-Schema property,
 * the alias table (flat flag names from the seeds -> canonical path),
 * defaults, and "did you mean" suggestions for misspelt keys,
-* accelerate's names for keys (`accelerate_names`), shared by emit and the importer.
+* accelerate's names for keys (`accelerate_names`, `accelerate_name`), shared by emit and
+  the importer.
+
+A key's default, help, choices, aliases, wizard step and coercion come from its typed
+declaration (`KeyInfo.type`, `KeyInfo.setting`); its JSON-Schema property (`KeyInfo.prop`)
+is what the validator checks values against.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
-import json
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
 
+from .coercion import coerce_declared
 from .declare import Setting, declared
 from .schema_gen import SCHEMA_FILE, settings_schema
 from .settings import Settings
@@ -38,26 +44,36 @@ class KeyInfo:
     section: str
     name: str
     prop: dict[str, Any]
-    """The key's JSON Schema property."""
+    """The key's JSON Schema property (what the validator checks)."""
     setting: Setting
-    """The key's declaration (spellings, accelerate names, wizard step, ...)."""
+    """The key's declaration (default, spellings, accelerate names, ...)."""
+    type: Any
+    """The key's declared Python type (its dataclass field's annotation)."""
+    step: str
+    """The wizard step that shows the key (its own ``step=``, else its section's)."""
 
     @property
     def default(self) -> Any:
-        return self.prop.get("default")
+        return self.setting.default
 
     @property
     def description(self) -> str:
-        return self.prop.get("description", "")
+        return self.setting.help
 
     @property
     def enum(self) -> list[Any] | None:
-        # x-choices: the choices offered (wizard, `tuner schema`) where other values are valid too
-        return self.prop.get("enum") or self.prop.get("x-choices")
+        # open_choices: the choices offered (wizard, `tuner schema`) where other values are valid too
+        choices = self.setting.choices or self.setting.open_choices
+        return list(choices) if choices else None
 
     @property
     def aliases(self) -> list[str]:
-        return self.prop.get("x-aliases", [])
+        return list(self.setting.aliases)
+
+    def coerce(self, value: Any) -> Any:
+        """A value written for this key -> its canonical value (declared spellings, then the
+        conversions its type allows); what cannot be converted is returned as written."""
+        return coerce_declared(self.type, self.setting, value)
 
 
 @dataclass(frozen=True)
@@ -67,10 +83,10 @@ class SchemaIndex:
     aliases: dict[str, str]
 
     def defaults(self) -> dict[str, dict[str, Any]]:
-        """A fresh nested dict of every default (deep-copied via JSON)."""
+        """A fresh nested dict of every declared default (deep-copied)."""
         out: dict[str, dict[str, Any]] = {s: {} for s in self.sections}
         for info in self.keys.values():
-            out[info.section][info.name] = json.loads(json.dumps(info.default))
+            out[info.section][info.name] = copy.deepcopy(info.default)
         return out
 
     def suggest(self, word: str, section: str | None = None) -> list[str]:
@@ -90,7 +106,7 @@ def index() -> SchemaIndex:
     aliases: dict[str, str] = {}
     for key in declared(Settings):
         keys[key.path] = KeyInfo(key.path, key.section, key.name, sections[key.section]["properties"][key.name],
-                                 key.setting)
+                                 key.setting, key.type, key.step)
         for alias in key.setting.aliases:
             aliases[alias] = key.path
     return SchemaIndex(sections, keys, aliases)

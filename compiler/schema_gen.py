@@ -99,7 +99,7 @@ _NUMBER_TEXT = r"^\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*$"
 
 def _input_value(key: Declared, prop: dict[str, Any]) -> dict[str, Any]:
     """What may be written for one key: the canonical value, or a spelling that normalise
-    turns into one (the key's `spellings` table, then `normalise.coerce_generic`)."""
+    turns into one (the key's `spellings` table, then `coercion.coerce_typed`)."""
     s = key.setting
     names, _ = json_type(key.type)
     canonical = {k: v for k, v in prop.items() if k not in ("default", "description", "x-aliases", "x-choices")}

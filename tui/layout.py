@@ -43,7 +43,7 @@ _STEP_TITLES: tuple[tuple[str, str], ...] = (
 
 def _main_keys(step_id: str) -> tuple[str, ...]:
     placed = [(info.setting.order, path) for path, info in index().keys.items()
-              if info.setting.step == step_id and info.setting.order is not None]
+              if info.step == step_id and info.setting.order is not None]
     return tuple(path for _, path in sorted(placed))
 
 
@@ -82,7 +82,7 @@ def section_step(section: str) -> str:
 def key_step(key: str) -> str:
     """The step that shows `key`: its declared ``step``, else its section's."""
     info = index().keys[key]
-    step = info.setting.step
+    step = info.step
     return step if step in STEP_IDS and step != "review" else section_step(info.section)
 
 
