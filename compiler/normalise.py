@@ -27,7 +27,8 @@ from typing import Any
 
 from . import files, value_checks
 from .diagnostics import Diagnostics
-from .schema import SchemaIndex, index, load_schema
+from .schema import SchemaIndex, index, index_of
+from .settings import Settings
 from .spellings import FAMILY_ALIASES
 
 # --- forgiving spellings: each key's own are declared with it (compiler/spellings.py) ---
@@ -212,8 +213,10 @@ def normalise(
     overrides: list[str] | tuple[str, ...] = (),
     base_dir: Path | None = None,
     read=None,
+    root: type = Settings,
 ) -> Normalised:
-    idx = index()
+    """`root`: the declaration (tuner's `Settings`; a test may declare its own)."""
+    idx = index_of(root)
     builder = _Builder(idx, diags, base_dir)
     builder.take_file(data)
     for text in overrides:
@@ -246,13 +249,13 @@ def normalise(
                 settings["model"]["flavour"] = flavour
             value = family
         else:
-            fixed = coerce(path, value)
+            fixed = info.coerce(value)
             if fixed is not value and (fixed != value or type(fixed) is not type(value)):
                 diags.note(written, f"normalised {_describe(value)} to {_describe(fixed)}")
             value = fixed
         settings[info.section][info.name] = value
 
-    _validate(settings, result, diags)
+    _validate(settings, result, diags, idx)
     return result
 
 
@@ -281,9 +284,9 @@ def _numeric_problem(prop: dict[str, Any], value: Any) -> str | None:
     return None
 
 
-def _check_numbers(settings: dict[str, Any], result: Normalised, diags: Diagnostics) -> None:
+def _check_numbers(settings: dict[str, Any], result: Normalised, diags: Diagnostics, idx: SchemaIndex) -> None:
     """Refuse non-finite, non-integral and huge numbers (falling back to the default)."""
-    for path, info in index().keys.items():
+    for path, info in idx.keys.items():
         value = settings[info.section][info.name]
         problem = _numeric_problem(info.prop, value)
         if problem:
@@ -292,14 +295,13 @@ def _check_numbers(settings: dict[str, Any], result: Normalised, diags: Diagnost
             result.invalid.add(path)
 
 
-def _validate(settings: dict[str, Any], result: Normalised, diags: Diagnostics) -> None:
+def _validate(settings: dict[str, Any], result: Normalised, diags: Diagnostics, idx: SchemaIndex) -> None:
     from jsonschema import Draft202012Validator
 
-    value_checks.check_values(settings, result, diags)
-    _check_numbers(settings, result, diags)
-    value_checks.check_patterns(settings, result, diags)
-    idx = index()
-    validator = Draft202012Validator(load_schema())
+    value_checks.check_values(settings, result, diags, idx)
+    _check_numbers(settings, result, diags, idx)
+    value_checks.check_patterns(settings, result, diags, idx)
+    validator = Draft202012Validator(idx.schema)
     seen: set[str] = set()
     for err in sorted(validator.iter_errors(settings), key=lambda e: [str(p) for p in e.absolute_path]):
         parts = [str(p) for p in err.absolute_path]

@@ -28,7 +28,8 @@ from .declare import Setting, declared
 from .schema_gen import SCHEMA_FILE, settings_schema
 from .settings import Settings
 
-__all__ = ["SCHEMA_FILE", "KeyInfo", "SchemaIndex", "accelerate_names", "index", "load_schema"]
+__all__ = ["SCHEMA_FILE", "KeyInfo", "SchemaIndex", "accelerate_name", "accelerate_names", "index", "index_of", "load_schema",
+           "written_accelerate_names"]
 
 
 @lru_cache(maxsize=1)
@@ -81,6 +82,8 @@ class SchemaIndex:
     sections: dict[str, dict[str, Any]]
     keys: dict[str, KeyInfo]
     aliases: dict[str, str]
+    schema: dict[str, Any]
+    """The whole JSON Schema the keys' properties come from (what normalise validates with)."""
 
     def defaults(self) -> dict[str, dict[str, Any]]:
         """A fresh nested dict of every declared default (deep-copied)."""
@@ -99,29 +102,59 @@ class SchemaIndex:
         return difflib.get_close_matches(word, pool, n=3, cutoff=0.6)
 
 
-@lru_cache(maxsize=1)
 def index() -> SchemaIndex:
-    sections = load_schema()["properties"]
+    """The index of tuner's declaration (`Settings`)."""
+    return index_of(Settings)
+
+
+@cache
+def index_of(root: type) -> SchemaIndex:
+    """The index of the settings declared by `root` (tuner's `Settings`, or a test's own)."""
+    schema = load_schema() if root is Settings else settings_schema(root)
+    sections = schema["properties"]
     keys: dict[str, KeyInfo] = {}
     aliases: dict[str, str] = {}
-    for key in declared(Settings):
+    for key in declared(root):
         keys[key.path] = KeyInfo(key.path, key.section, key.name, sections[key.section]["properties"][key.name],
                                  key.setting, key.type, key.step)
         for alias in key.setting.aliases:
             aliases[alias] = key.path
-    return SchemaIndex(sections, keys, aliases)
+    return SchemaIndex(sections, keys, aliases, schema)
 
 
 @cache
-def accelerate_names(block: str = "") -> dict[str, str]:
+def accelerate_names(block: str = "", root: type = Settings) -> dict[str, str]:
     """accelerate's key names in one block of its config (``""`` for the top level,
     ``"fsdp_config"``, ``"deepspeed_config"``, ``"parallelism_config"``) -> canonical key,
-    from the keys' ``accelerate=`` declarations. emit writes these names; the importer
-    reads them back through this same table."""
+    from the keys' ``accelerate=`` declarations. The importer reads these names; emit writes
+    the first of each key's names (`written_accelerate_names`)."""
     out: dict[str, str] = {}
-    for path, info in index().keys.items():
+    for path, info in index_of(root).keys.items():
         for name in info.setting.accelerate:
             where, _, key = name.rpartition(".")
             if where == block:
                 out[key] = path
     return out
+
+
+@cache
+def written_accelerate_names(block: str = "", root: type = Settings) -> dict[str, str]:
+    """The accelerate names emit writes in `block` (each key's first ``accelerate=`` name)
+    -> canonical key."""
+    out: dict[str, str] = {}
+    for path, info in index_of(root).keys.items():
+        if info.setting.accelerate:
+            where, _, key = info.setting.accelerate[0].rpartition(".")
+            if where == block:
+                out[key] = path
+    return out
+
+
+@cache
+def accelerate_name(path: str, root: type = Settings) -> str:
+    """accelerate's name for canonical key `path` inside its block, as emit writes it
+    (``"fsdp.version"`` -> ``"fsdp_version"``): the first of its ``accelerate=`` names."""
+    names = index_of(root).keys[path].setting.accelerate
+    if not names:
+        raise LookupError(f"{path} declares no accelerate name (accelerate= in compiler/sections/)")
+    return names[0].rpartition(".")[2]
