@@ -60,6 +60,7 @@ def key(read: Callable[[Settings], object]) -> str:
 
 MODEL_FAMILY: Final = key(lambda s: s.model.family)
 MODEL_FLAVOUR: Final = key(lambda s: s.model.flavour)
+MODEL_PATH: Final = key(lambda s: s.model.path)
 MODEL_TYPE: Final = key(lambda s: s.model.type)
 DATA_PATH: Final = key(lambda s: s.data.path)
 DATA_VALIDATION_PATH: Final = key(lambda s: s.data.validation_path)
