@@ -201,7 +201,7 @@ def merge_base(base: dict[str, Any], ours: dict[str, Any], plan: Plan, diags: Di
                 diags.note(K.ACCELERATE_BASE, f"{key}: {merged[key]!r} from the base config replaced by {value!r}")
             merged[key] = value
     if plan.uses_deepspeed:
-        merged.pop("mixed_precision", None)
+        merged.pop(_A(K.TRAINING_MIXED_PRECISION), None)
     return merged
 
 
