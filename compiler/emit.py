@@ -54,7 +54,7 @@ def declared_values(s: Any, block: str = "", root: type = Settings) -> dict[str,
     for name, path in written_accelerate_names(block, root).items():
         value = _value(s, path)
         spelled = index_of(root).keys[path].setting.accelerate_values
-        out[name] = spelled.get(value, value) if spelled else value
+        out[name] = spelled.get(value, value) if spelled and isinstance(value, str) else value
     return out
 
 
