@@ -3,11 +3,13 @@
 `compiler/sections/` declares each key once (`compiler/settings.py` gathers the sections), as
 a dataclass field made by `setting`:
 its type is the field's annotation, and the rest (default, help, aliases, choices, bounds,
-forgiving spellings, accelerate's name for it, the wizard step that shows it) sits in the
-field's metadata as a `Setting`. Everything else is derived from that declaration: the JSON
-Schema (`compiler/schema_gen.py`), the schema index the compiler uses (`compiler/schema.py`),
-normalise's per-key spellings, emit's and the importer's accelerate names, and the wizard's
-steps (`tui/layout.py`).
+forgiving spellings, accelerate's name for it, its place in the wizard) sits in the field's
+metadata as a `Setting`. A section class's ``step`` is the wizard step of its keys; a key
+declares ``step=`` only where it sits on another one. Everything else is derived from that
+declaration: the JSON Schema (`compiler/schema_gen.py`), the schema index the compiler uses
+(`compiler/schema.py`: defaults, and with `compiler/coercion.py` the type-driven coercion),
+normalise's per-key spellings, the accelerate names emit writes and the importer reads, the
+key-path constants (`compiler/keys.py`) and the wizard's steps (`tui/layout.py`).
 
 No imports from the rest of tuner: settings.py and the spelling tables depend on this module,
 never the other way round.
@@ -53,7 +55,8 @@ class Setting:
     accelerate: tuple[str, ...] = ()
     #: canonical value -> accelerate's value, where accelerate spells the value differently.
     accelerate_values: dict[Any, Any] | None = None
-    #: The wizard step that shows the key, and its place among the step's main fields
+    #: The wizard step that shows the key where it is not its section's (the section class's
+    #: ``step``; `Declared.step` resolves it), and its place among the step's main fields
     #: (None: the step's "Advanced" part, or no field where the wizard writes it itself).
     step: str = ""
     order: int | None = None
@@ -93,12 +96,14 @@ def spelling_table(table: dict[str, Any], off: tuple[Any, ...] = (), off_value: 
 
 @dataclass(frozen=True)
 class Declared:
-    """One declared key: where it is, its Python type, and its facts."""
+    """One declared key: where it is, its Python type, its facts, and its wizard step (its
+    own ``step=``, else its section class's ``step``)."""
 
     section: str
     name: str
     type: Any
     setting: Setting
+    step: str
 
     @property
     def path(self) -> str:
@@ -117,7 +122,8 @@ def declared(root: type) -> list[Declared]:
     for section, cls in sections(root).items():
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
-            out.append(Declared(section, f.name, hints[f.name], f.metadata[META]))
+            fact = f.metadata[META]
+            out.append(Declared(section, f.name, hints[f.name], fact, fact.step or getattr(cls, "step", "")))
     return out
 
 
@@ -125,16 +131,24 @@ _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", 
                type(None): "null"}
 
 
-def json_type(tp: Any) -> tuple[list[str], Any]:
-    """A Python annotation -> (JSON Schema type names, the item type for a list or None)."""
+def type_parts(tp: Any) -> tuple[tuple[type, ...], Any]:
+    """A key's annotation -> (the Python types it admits, in order; a list's item type or None):
+    ``bool | None`` -> ``((bool, NoneType), None)``, ``list[int]`` -> ``((list,), int)``. The
+    schema's JSON types and the coercion of written values (`compiler/coercion.py`) both
+    come from this."""
     if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
-        names: list[str] = []
+        kinds: tuple[type, ...] = ()
         item = None
         for arg in typing.get_args(tp):
-            sub, sub_item = json_type(arg)
-            names += sub
+            sub, sub_item = type_parts(arg)
+            kinds += sub
             item = item or sub_item
-        return names, item
+        return kinds, item
     origin = typing.get_origin(tp) or tp
-    item = typing.get_args(tp)[0] if origin is list else None
-    return [_JSON_TYPES[origin]], item
+    return (origin,), (typing.get_args(tp)[0] if origin is list else None)
+
+
+def json_type(tp: Any) -> tuple[list[str], Any]:
+    """A Python annotation -> (JSON Schema type names, the item type for a list or None)."""
+    kinds, item = type_parts(tp)
+    return [_JSON_TYPES[k] for k in kinds], item

@@ -18,9 +18,10 @@ from typing import Any
 
 import yaml
 
+from . import keys as K
 from .diagnostics import Diagnostics
 from .rules import Plan
-from .schema import index
+from .schema import accelerate_name, accelerate_names, index, index_of, written_accelerate_names
 from .settings import Settings
 
 ACCELERATE_YAML = "accelerate.yaml"
@@ -28,47 +29,66 @@ DEEPSPEED_JSON = "deepspeed.json"
 MANIFEST_JSON = "manifest.json"
 MANIFEST_VERSION = 2  # 2: settings_file and deepspeed_config_file are relative paths
 
-#: Keys accelerate refuses in `deepspeed_config` beside a `deepspeed_config_file`.
-DS_KEYS_FORBIDDEN_WITH_FILE = (
-    "gradient_accumulation_steps", "gradient_clipping", "zero_stage", "offload_optimizer_device",
-    "offload_param_device", "offload_param_nvme_path", "offload_optimizer_nvme_path", "zero3_save_16bit_model",
-)
+#: accelerate's names for keys, as declared with them (``accelerate=`` in compiler/sections/):
+#: nothing here spells one.
+_A = accelerate_name
+#: Keys accelerate refuses in `deepspeed_config` beside a `deepspeed_config_file`: every
+#: declared one but the ZeRO-3 init flag.
+DS_KEYS_FORBIDDEN_WITH_FILE = tuple(name for name in accelerate_names("deepspeed_config")
+                                    if name != _A(K.DEEPSPEED_ZERO3_INIT))
 #: accelerate's spelling of tuner's values, declared with the keys (``accelerate_values=``).
-_WRAP_NAMES = index().keys["fsdp.auto_wrap_policy"].setting.accelerate_values or {}
-_STATE_DICT_NAMES = index().keys["checkpoint.state_dict_type"].setting.accelerate_values or {}
+_WRAP_NAMES = index().keys[K.FSDP_AUTO_WRAP_POLICY].setting.accelerate_values or {}
+_STATE_DICT_NAMES = index().keys[K.CHECKPOINT_STATE_DICT_TYPE].setting.accelerate_values or {}
+
+
+def _value(s: Any, path: str) -> Any:
+    section, name = path.split(".")
+    return getattr(getattr(s, section), name)
+
+
+def declared_values(s: Any, block: str = "", root: type = Settings) -> dict[str, Any]:
+    """accelerate's name -> the settings' value (in accelerate's spelling, ``accelerate_values=``)
+    for every key whose first ``accelerate=`` name is in `block` (``""``: the top level):
+    the keys accelerate takes as tuner holds them."""
+    out = {}
+    for name, path in written_accelerate_names(block, root).items():
+        value = _value(s, path)
+        spelled = index_of(root).keys[path].setting.accelerate_values
+        out[name] = spelled.get(value, value) if spelled and isinstance(value, str) else value
+    return out
 
 
 def fsdp_block(s: Settings) -> dict[str, Any]:
     f = s.fsdp
     policy = _WRAP_NAMES.get(f.auto_wrap_policy, "NO_WRAP")  # a dotted callable is applied by the runtime
     block: dict[str, Any] = {
-        "fsdp_version": f.version,
-        "fsdp_auto_wrap_policy": policy,
-        "fsdp_state_dict_type": _STATE_DICT_NAMES[s.checkpoint.state_dict_type],
-        "fsdp_cpu_ram_efficient_loading": f.cpu_ram_efficient_loading,
+        _A(K.FSDP_VERSION): f.version,
+        _A(K.FSDP_AUTO_WRAP_POLICY): policy,
+        _A(K.CHECKPOINT_STATE_DICT_TYPE): _STATE_DICT_NAMES[s.checkpoint.state_dict_type],
+        _A(K.FSDP_CPU_RAM_EFFICIENT_LOADING): f.cpu_ram_efficient_loading,
         # Broadcasting rank 0's weights is needed only when rank 0 alone loads them.
-        "fsdp_sync_module_states": f.cpu_ram_efficient_loading,
-        "fsdp_offload_params": f.offload_params,
-        "fsdp_activation_checkpointing": f.activation_checkpointing,
+        _A(K.FSDP_SYNC_MODULE_STATES): f.cpu_ram_efficient_loading,
+        _A(K.FSDP_OFFLOAD_PARAMS): f.offload_params,
+        _A(K.FSDP_ACTIVATION_CHECKPOINTING): f.activation_checkpointing,
     }
     if f.version == 2:
-        block["fsdp_reshard_after_forward"] = f.reshard_after_forward
+        block[_A(K.FSDP_RESHARD_AFTER_FORWARD)] = f.reshard_after_forward
     else:
         strategy = f.sharding_strategy.upper()
         if not f.reshard_after_forward and strategy == "FULL_SHARD":
             strategy = "SHARD_GRAD_OP"
-        block["fsdp_reshard_after_forward"] = strategy
-        block["fsdp_use_orig_params"] = True
-        block["fsdp_backward_prefetch"] = "BACKWARD_PRE"
-        block["fsdp_forward_prefetch"] = False
+        block[_A(K.FSDP_RESHARD_AFTER_FORWARD)] = strategy  # accelerate reads a v1 strategy there too
+        block[_A(K.FSDP_USE_ORIG_PARAMS)] = True
+        block[_A(K.FSDP_BACKWARD_PREFETCH)] = "BACKWARD_PRE"
+        block[_A(K.FSDP_FORWARD_PREFETCH)] = False
     # Set explicitly (an imported config's own choice): written as given, for either version.
-    for key in ("forward_prefetch", "backward_prefetch", "use_orig_params", "sync_module_states"):
-        if getattr(f, key) is not None:
-            block[f"fsdp_{key}"] = getattr(f, key)
+    for path in (K.FSDP_FORWARD_PREFETCH, K.FSDP_BACKWARD_PREFETCH, K.FSDP_USE_ORIG_PARAMS, K.FSDP_SYNC_MODULE_STATES):
+        if _value(s, path) is not None:
+            block[_A(path)] = _value(s, path)
     if policy == "TRANSFORMER_BASED_WRAP" and f.transformer_layer_cls_to_wrap:
-        block["fsdp_transformer_layer_cls_to_wrap"] = ",".join(f.transformer_layer_cls_to_wrap)
+        block[_A(K.FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP)] = ",".join(f.transformer_layer_cls_to_wrap)
     if policy == "SIZE_BASED_WRAP":
-        block["fsdp_min_num_params"] = f.min_num_params
+        block[_A(K.FSDP_MIN_NUM_PARAMS)] = f.min_num_params
     return block
 
 
@@ -76,35 +96,31 @@ def accelerate_config(s: Settings, plan: Plan, deepspeed_path: str | None) -> di
     """`deepspeed_path` is written as given: relative to the project directory (where
     `accelerate launch --config_file build/accelerate.yaml` is run from)."""
     hw = s.hardware
-    cfg: dict[str, Any] = {
+    top = declared_values(s)  # the declared top-level keys (num_processes, mixed_precision, ...)
+    ip = top.pop(_A(K.HARDWARE_MAIN_PROCESS_IP))
+    cfg: dict[str, Any] = dict(sorted({
         "compute_environment": "LOCAL_MACHINE",
         "debug": False,
         "distributed_type": plan.distributed_type,
         "downcast_bf16": "no",
         "enable_cpu_affinity": False,
-        "gpu_ids": hw.gpu_ids,
-        "machine_rank": hw.machine_rank,
-        "main_process_port": hw.main_process_port,
         "main_training_function": "main",
-        "mixed_precision": s.training.mixed_precision,
-        "num_machines": hw.num_machines,
-        "num_processes": hw.num_processes,
-        "rdzv_backend": hw.rdzv_backend,
-        "same_network": hw.same_network,
         "tpu_env": [],
         "tpu_use_cluster": False,
         "tpu_use_sudo": False,
         "use_cpu": plan.platform == "cpu",
-        "dynamo_config": {} if s.accelerate.dynamo_backend == "no" else {"dynamo_backend": s.accelerate.dynamo_backend.upper()},
-    }
+        **top,
+    }.items()))
+    cfg["dynamo_config"] = ({} if s.accelerate.dynamo_backend == "no"
+                            else {"dynamo_backend": s.accelerate.dynamo_backend.upper()})
     if hw.num_machines > 1:
-        cfg["main_process_ip"] = hw.main_process_ip
+        cfg[_A(K.HARDWARE_MAIN_PROCESS_IP)] = ip
     if plan.uses_deepspeed:
         assert deepspeed_path is not None
-        del cfg["mixed_precision"]
+        del cfg[_A(K.TRAINING_MIXED_PRECISION)]
         cfg["deepspeed_config"] = {
             "deepspeed_config_file": deepspeed_path,
-            "zero3_init_flag": bool(s.deepspeed.zero3_init and s.deepspeed.zero_stage == 3),
+            _A(K.DEEPSPEED_ZERO3_INIT): bool(s.deepspeed.zero3_init and s.deepspeed.zero_stage == 3),
         }
         if hw.num_machines > 1:
             cfg["deepspeed_config"]["deepspeed_multinode_launcher"] = "standard"
@@ -112,8 +128,8 @@ def accelerate_config(s: Settings, plan: Plan, deepspeed_path: str | None) -> di
         cfg["fsdp_config"] = fsdp_block(s)
         if s.context_parallel.size > 1 and not s.context_parallel.standalone:
             cfg["parallelism_config"] = {
-                "parallelism_config_cp_size": s.context_parallel.size,
-                "parallelism_config_cp_comm_strategy": s.context_parallel.comm_strategy,
+                _A(K.CONTEXT_PARALLEL_SIZE): s.context_parallel.size,
+                _A(K.CONTEXT_PARALLEL_COMM_STRATEGY): s.context_parallel.comm_strategy,
                 "parallelism_config_dp_replicate_size": 1,
                 "parallelism_config_dp_shard_size": plan.data_parallel_size,
                 "parallelism_config_tp_size": 1,
@@ -124,10 +140,10 @@ def accelerate_config(s: Settings, plan: Plan, deepspeed_path: str | None) -> di
             "parallelism_config_dp_replicate_size": 1,
             "parallelism_config_dp_shard_size": plan.data_parallel_size,
             "parallelism_config_tp_size": 1,
-            "parallelism_config_sp_size": cp.sp_size,
-            "parallelism_config_sp_backend": cp.sp_backend,
-            "parallelism_config_sp_seq_length_is_variable": cp.sp_seq_length_is_variable,
-            "parallelism_config_sp_attn_implementation": cp.sp_attn_implementation,
+            _A(K.CONTEXT_PARALLEL_SP_SIZE): cp.sp_size,
+            _A(K.CONTEXT_PARALLEL_SP_BACKEND): cp.sp_backend,
+            _A(K.CONTEXT_PARALLEL_SP_SEQ_LENGTH_IS_VARIABLE): cp.sp_seq_length_is_variable,
+            _A(K.CONTEXT_PARALLEL_SP_ATTN_IMPLEMENTATION): cp.sp_attn_implementation,
         }
     if s.accelerate.parallelism_config:
         # Other mesh dimensions (tensor, sequence parallelism, HSDP) as the settings give them;
@@ -153,10 +169,10 @@ ACCELERATE_CONFIG_BLOCKS = ("deepspeed_config", "dynamo_config", "fp8_config", "
 
 #: Top-level accelerate keys that tuner's settings decide. The other keys tuner writes are
 #: only there to be explicit (accelerate's defaults); a base config's values win for those.
-DECIDED_KEYS = frozenset({
-    "distributed_type", "mixed_precision", "num_processes", "num_machines", "machine_rank", "main_process_ip",
-    "main_process_port", "rdzv_backend", "same_network", "use_cpu", "fsdp_config", "deepspeed_config",
-    "parallelism_config",
+#: They are the declared top-level names (but gpu_ids: a base config's choice of GPUs stays)
+#: and the strategy's blocks.
+DECIDED_KEYS = frozenset(name for name in written_accelerate_names("") if name != _A(K.HARDWARE_GPU_IDS)) | frozenset({
+    "distributed_type", "use_cpu", "fsdp_config", "deepspeed_config", "parallelism_config",
 })
 
 
@@ -168,7 +184,7 @@ def merge_base(base: dict[str, Any], ours: dict[str, Any], plan: Plan, diags: Di
     for block in strategy_blocks:
         if block in merged and block not in ours:
             if merged[block]:
-                diags.note("accelerate.base", f"dropped {block} from the base config: the run uses {plan.strategy}")
+                diags.note(K.ACCELERATE_BASE, f"dropped {block} from the base config: the run uses {plan.strategy}")
             del merged[block]
     for key, value in ours.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict) and key != "deepspeed_config":
@@ -177,15 +193,15 @@ def merge_base(base: dict[str, Any], ours: dict[str, Any], plan: Plan, diags: Di
             kept = {k: v for k, v in merged[key].items() if k not in DS_KEYS_FORBIDDEN_WITH_FILE}
             dropped = sorted(set(merged[key]) - set(kept))
             if dropped:
-                diags.note("accelerate.base", f"dropped {', '.join(dropped)} from the base deepspeed_config: "
+                diags.note(K.ACCELERATE_BASE, f"dropped {', '.join(dropped)} from the base deepspeed_config: "
                            "they now live in deepspeed.json (accelerate refuses them beside a config file)")
             merged[key] = {**kept, **value}
         else:
             if key in merged and merged[key] != value and key not in ("distributed_type",):
-                diags.note("accelerate.base", f"{key}: {merged[key]!r} from the base config replaced by {value!r}")
+                diags.note(K.ACCELERATE_BASE, f"{key}: {merged[key]!r} from the base config replaced by {value!r}")
             merged[key] = value
     if plan.uses_deepspeed:
-        merged.pop("mixed_precision", None)
+        merged.pop(_A(K.TRAINING_MIXED_PRECISION), None)
     return merged
 
 

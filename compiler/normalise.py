@@ -9,7 +9,8 @@ Three inputs are accepted and mapped onto one canonical, sectioned layout:
 
 Forgiving spellings (``"v2"``, ``SHARDED_STATE_DICT``, ``"A,B"`` for a list, ...) become the
 canonical value and each change is reported as a note: a key's own spellings are declared
-with it (``spellings=`` in `compiler/sections/`), the type-driven ones are `coerce_generic`. Unknown keys are errors with a
+with it (``spellings=`` in `compiler/sections/`), the type-driven ones follow its declared type
+(`compiler/coercion.py`). Unknown keys are errors with a
 "did you mean". Finally the schema validates types and enums; a key that fails falls back
 to its default so that the cross-field rules can still run and report everything at once.
 """
@@ -19,7 +20,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,10 +27,9 @@ from typing import Any
 
 from . import files, value_checks
 from .diagnostics import Diagnostics
-from .schema import SchemaIndex, index, load_schema
-from .spellings import FALSE as _FALSE
+from .schema import SchemaIndex, index, index_of
+from .settings import Settings
 from .spellings import FAMILY_ALIASES
-from .spellings import TRUE as _TRUE
 
 # --- forgiving spellings: each key's own are declared with it (compiler/spellings.py) ---
 
@@ -39,49 +38,12 @@ def _types(prop: dict[str, Any]) -> list[str]:
     return t if isinstance(t, list) else [t]
 
 
-def coerce_generic(prop: dict[str, Any], value: Any) -> Any:
-    """Type-driven forgiving conversions: "2" -> 2, "true" -> True, "A, B" -> [A, B]."""
-    types = _types(prop)
-    if "boolean" in types and isinstance(value, str):
-        low = value.strip().lower()
-        if low in _TRUE:
-            return True
-        if low in _FALSE:
-            return False
-    if "integer" in types and not isinstance(value, bool):
-        if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d{1,19}\s*", value):
-            return int(value)
-        # A float (3.0) stays a float and is refused: an integer setting is written as one.
-    if "number" in types and isinstance(value, str) and not isinstance(value, bool):
-        try:
-            number = float(value)
-        except ValueError:
-            return value
-        return number if math.isfinite(number) else value  # "inf"/"nan" stay text and are refused
-    if "array" in types and isinstance(value, str):
-        items = [part.strip() for part in value.split(",") if part.strip()]
-        if prop.get("items", {}).get("type") == "integer" and all(re.fullmatch(r"\d+", i) for i in items):
-            return [int(i) for i in items]
-        return items
-    if "array" in types and isinstance(value, list):
-        item_type = prop.get("items", {}).get("type")
-        if item_type == "string":
-            return [v.strip() if isinstance(v, str) else v for v in value]
-    enum = prop.get("enum")
-    if enum and isinstance(value, str) and value not in enum:
-        for choice in enum:
-            if isinstance(choice, str) and choice.lower() == value.strip().lower():
-                return choice
-    return value
-
-
 def coerce(path: str, value: Any) -> Any:
     """A value written for canonical key `path` -> its canonical value: the key's declared
     spellings, then the type-driven conversions. What cannot be converted is returned as
-    written (validation reports it). The wizard's fields use this too (one coercer)."""
-    info = index().keys[path]
-    specific = info.setting.spellings  # the key's own spellings, declared with it
-    return coerce_generic(info.prop, specific(value) if specific else value)
+    written (validation reports it). The wizard's fields use this too (one coercer).
+    Both kinds come from the key's typed declaration (`compiler/coercion.py`)."""
+    return index().keys[path].coerce(value)
 
 
 # --- the result ----------------------------------------------------------------------
@@ -251,8 +213,10 @@ def normalise(
     overrides: list[str] | tuple[str, ...] = (),
     base_dir: Path | None = None,
     read=None,
+    root: type = Settings,
 ) -> Normalised:
-    idx = index()
+    """`root`: the declaration (tuner's `Settings`; a test may declare its own)."""
+    idx = index_of(root)
     builder = _Builder(idx, diags, base_dir)
     builder.take_file(data)
     for text in overrides:
@@ -285,13 +249,13 @@ def normalise(
                 settings["model"]["flavour"] = flavour
             value = family
         else:
-            fixed = coerce(path, value)
+            fixed = info.coerce(value)
             if fixed is not value and (fixed != value or type(fixed) is not type(value)):
                 diags.note(written, f"normalised {_describe(value)} to {_describe(fixed)}")
             value = fixed
         settings[info.section][info.name] = value
 
-    _validate(settings, result, diags)
+    _validate(settings, result, diags, idx)
     return result
 
 
@@ -320,9 +284,9 @@ def _numeric_problem(prop: dict[str, Any], value: Any) -> str | None:
     return None
 
 
-def _check_numbers(settings: dict[str, Any], result: Normalised, diags: Diagnostics) -> None:
+def _check_numbers(settings: dict[str, Any], result: Normalised, diags: Diagnostics, idx: SchemaIndex) -> None:
     """Refuse non-finite, non-integral and huge numbers (falling back to the default)."""
-    for path, info in index().keys.items():
+    for path, info in idx.keys.items():
         value = settings[info.section][info.name]
         problem = _numeric_problem(info.prop, value)
         if problem:
@@ -331,14 +295,13 @@ def _check_numbers(settings: dict[str, Any], result: Normalised, diags: Diagnost
             result.invalid.add(path)
 
 
-def _validate(settings: dict[str, Any], result: Normalised, diags: Diagnostics) -> None:
+def _validate(settings: dict[str, Any], result: Normalised, diags: Diagnostics, idx: SchemaIndex) -> None:
     from jsonschema import Draft202012Validator
 
-    value_checks.check_values(settings, result, diags)
-    _check_numbers(settings, result, diags)
-    value_checks.check_patterns(settings, result, diags)
-    idx = index()
-    validator = Draft202012Validator(load_schema())
+    value_checks.check_values(settings, result, diags, idx)
+    _check_numbers(settings, result, diags, idx)
+    value_checks.check_patterns(settings, result, diags, idx)
+    validator = Draft202012Validator(idx.schema)
     seen: set[str] = set()
     for err in sorted(validator.iter_errors(settings), key=lambda e: [str(p) for p in e.absolute_path]):
         parts = [str(p) for p in err.absolute_path]

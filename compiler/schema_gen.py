@@ -59,14 +59,16 @@ def key_property(key: Declared) -> dict[str, Any]:
     return prop
 
 
-def settings_schema() -> dict[str, Any]:
+def settings_schema(root: type = Settings) -> dict[str, Any]:
+    """The canonical schema of the settings declared by `root` (tuner's `Settings`; a test
+    may declare its own)."""
     schema = dict(_HEADER, properties={})
     by_section: dict[str, dict[str, Any]] = {}
-    for name, cls in sections(Settings).items():
+    for name, cls in sections(root).items():
         by_section[name] = {"type": "object", "title": getattr(cls, "title", name),
                             "description": " ".join((cls.__doc__ or "").split()),
                             "additionalProperties": False, "properties": {}, "default": {}}
-    for key in declared(Settings):
+    for key in declared(root):
         by_section[key.section]["properties"][key.name] = key_property(key)
     schema["properties"] = by_section
     return schema
@@ -99,7 +101,7 @@ _NUMBER_TEXT = r"^\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*$"
 
 def _input_value(key: Declared, prop: dict[str, Any]) -> dict[str, Any]:
     """What may be written for one key: the canonical value, or a spelling that normalise
-    turns into one (the key's `spellings` table, then `normalise.coerce_generic`)."""
+    turns into one (the key's `spellings` table, then `coercion.coerce_typed`)."""
     s = key.setting
     names, _ = json_type(key.type)
     canonical = {k: v for k, v in prop.items() if k not in ("default", "description", "x-aliases", "x-choices")}
@@ -129,8 +131,8 @@ def _input_value(key: Declared, prop: dict[str, Any]) -> dict[str, Any]:
     return {**head, "anyOf": alts}
 
 
-def input_schema() -> dict[str, Any]:
-    canonical = settings_schema()
+def input_schema(root: type = Settings) -> dict[str, Any]:
+    canonical = settings_schema(root)
     out = dict(canonical)
     out["$id"] = "https://tuner.dev/schemas/settings.input.schema.json"
     out["title"] = "tuner settings (as written)"
@@ -142,7 +144,7 @@ def input_schema() -> dict[str, Any]:
     for name, sec in canonical["properties"].items():
         props[name] = {k: v for k, v in sec.items() if k != "default"}
         props[name]["properties"] = {}
-    for key in declared(Settings):
+    for key in declared(root):
         value = _input_value(key, canonical["properties"][key.section]["properties"][key.name])
         props[key.section]["properties"][key.name] = value
         for alias in key.setting.aliases:

@@ -4,8 +4,8 @@ Each normaliser here is named by the key that uses it in its declaration
 (``spellings=...`` in `compiler/sections/`), so a key's spellings are declared once, next to
 the key. The ones built by `spelling_table` carry their table, from which the editor input
 schema (`compiler/schema_gen.py`) accepts the same spellings that `tuner compile` does.
-The type-driven conversions every key gets ("2" -> 2, "yes" -> true, "A,B" -> a list) are
-`coerce_generic` in `compiler/normalise.py`.
+The type-driven conversions every key gets ("2" -> 2, "yes" -> true, "A,B" -> a list) come
+from its declared type (`compiler/coercion.py`).
 """
 
 from __future__ import annotations

@@ -28,11 +28,11 @@ def _describe(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def check_patterns(settings: dict[str, Any], result: Any, diags: Diagnostics) -> None:
+def check_patterns(settings: dict[str, Any], result: Any, diags: Diagnostics, idx: Any = None) -> None:
     """Text keys with a pattern (those that reach launch.sh, slurm.sbatch, the manifests) must
     match it whole: ``re.fullmatch``, as the schema validator's ``re.search`` lets ``$``
     match before a final newline (`compiler/patterns.py`)."""
-    for path, info in index().keys.items():
+    for path, info in (idx or index()).keys.items():
         value, pattern = settings[info.section][info.name], info.setting.pattern
         if pattern and isinstance(value, str) and not re.fullmatch(pattern, value):
             what = patterns.WHAT.get(pattern, f"text matching {pattern}")
@@ -71,10 +71,10 @@ def _home_problem(value: Any) -> str | None:
     return None
 
 
-def check_values(settings: dict[str, Any], result: Any, diags: Diagnostics) -> None:
+def check_values(settings: dict[str, Any], result: Any, diags: Diagnostics, idx: Any = None) -> None:
     """Values no artefact can hold (dates, NaN inside tables) and paths whose ``~`` cannot be
     expanded are refused here, naming the key, instead of failing when written or used."""
-    for path, info in index().keys.items():
+    for path, info in (idx or index()).keys.items():
         value = settings[info.section][info.name]
         written = result.origin.get(path, path)
         bad = _unwritable(value) if isinstance(value, (dict, list, datetime.date, datetime.time)) else None

@@ -24,6 +24,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from tuner.compiler import keys as K
 from tuner.compiler.hardware import DiskInfo, GpuInfo, HardwareFacts, OpInfo, host_memory_bytes
 
 PACKAGES = ("torch", "accelerate", "deepspeed", "transformers", "diffusers", "peft", "safetensors")
@@ -184,7 +185,7 @@ def paths_from_settings(s, base_dir: Path | None = None) -> dict[str, str]:
         path = Path(p).expanduser()
         return str(path if path.is_absolute() or base_dir is None else base_dir / path)
 
-    out = {"output.dir": resolve(s.output.dir)}
+    out = {K.OUTPUT_DIR: resolve(s.output.dir)}
     if s.deepspeed.nvme_path:
-        out["deepspeed.nvme_path"] = resolve(s.deepspeed.nvme_path)
+        out[K.DEEPSPEED_NVME_PATH] = resolve(s.deepspeed.nvme_path)
     return out

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.compiler.normalise import coerce
-from tuner.compiler.schema import KeyInfo, index
+from tuner.compiler.schema import KeyInfo, SchemaIndex, index
 
 
 #: The composite "strategy" choice on the Sharding step, mapped onto schema keys.
@@ -41,9 +41,10 @@ _STEP_TITLES: tuple[tuple[str, str], ...] = (
 )
 
 
-def _main_keys(step_id: str) -> tuple[str, ...]:
-    placed = [(info.setting.order, path) for path, info in index().keys.items()
-              if info.setting.step == step_id and info.setting.order is not None]
+def _main_keys(step_id: str, idx: SchemaIndex | None = None) -> tuple[str, ...]:
+    """The step's main fields, in their declared order (`idx`: tuner's declaration, or a test's)."""
+    placed = [(info.setting.order, path) for path, info in (idx or index()).keys.items()
+              if info.step == step_id and info.setting.order is not None]
     return tuple(path for _, path in sorted(placed))
 
 
@@ -82,7 +83,7 @@ def section_step(section: str) -> str:
 def key_step(key: str) -> str:
     """The step that shows `key`: its declared ``step``, else its section's."""
     info = index().keys[key]
-    step = info.setting.step
+    step = info.step
     return step if step in STEP_IDS and step != "review" else section_step(info.section)
 
 

@@ -32,21 +32,22 @@ class LoggingSettings:
     OUTPUT_DIR/metrics.jsonl."""
 
     title: ClassVar[str] = "Logging"
+    step: ClassVar[str] = "precision"
     log_with: list[str] = setting(
-        [], aliases=("report_to", "log_with"), spellings=tracker_names, step="precision",
+        [], aliases=("report_to", "log_with"), spellings=tracker_names,
         help="Trackers that also receive every logged metric: " + ", ".join(TRACKERS) + ", or all (every "
              "installed one). Each must be installed (tensorboard: pip install 'tuner-train[tracking]').")
     project: str = setting(
-        "tuner", aliases=("tracker_project_name", "project_name"), step="precision",
+        "tuner", aliases=("tracker_project_name", "project_name"),
         help="Project (experiment) name the trackers file the run under.")
     run_name: str = setting(
-        "", aliases=("tracker_run_name", "run_name"), step="precision",
+        "", aliases=("tracker_run_name", "run_name"),
         help="Run name shown by the trackers; empty lets each tracker choose.")
     dir: str = setting(
-        "", aliases=("logging_dir",), step="precision",
+        "", aliases=("logging_dir",),
         help="Folder for trackers that write files (TensorBoard events, offline W&B and MLflow runs); "
              "empty: OUTPUT_DIR/logs. Relative to the settings file.")
     offline: bool = setting(
-        False, aliases=("tracker_offline",), step="precision",
+        False, aliases=("tracker_offline",),
         help="Keep trackers that have an offline mode local (W&B mode=offline, MLflow to a file store in "
              "logging.dir); TensorBoard and trackio write locally anyway.")

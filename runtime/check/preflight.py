@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tuner.compiler import keys as K
 from tuner.compiler.emit import MANIFEST_JSON
 
 from .findings import Finding, fault, ok, skipped
@@ -138,7 +139,7 @@ def machine_facts(build_dir: Path, target: list[str] | None, machine: int) -> di
     s = arts.settings
     paths = {}
     if not s.model.path.startswith("builtin"):
-        paths["model.path"] = s.model.path
+        paths[K.MODEL_PATH] = s.model.path
     for key in ("path", "validation_path"):
         value = getattr(s.data, key)
         if value and not value.startswith("builtin"):
@@ -188,7 +189,7 @@ def local_findings(f: dict[str, Any], arts) -> list[Finding]:
         out.append(ok("script", m, f"{sc['name']} found") if sc["found"] else
                    fault("script", m, f"{sc['name']} not found (working directory {os.getcwd()})",
                          "copy the script to the same path on every machine (or install the module)"))
-    for key, check in (("model.path", "model-path"), ("data.path", "data-path"), ("data.validation_path", "data-path")):
+    for key, check in ((K.MODEL_PATH, "model-path"), (K.DATA_PATH, "data-path"), (K.DATA_VALIDATION_PATH, "data-path")):
         p = (f.get("paths") or {}).get(key)
         if p is None:
             continue

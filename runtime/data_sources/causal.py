@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner.compiler import keys as K
+
 from .encode import Encoder, detect_format
 from .errors import DataError
 from .packing import Packer, pack_documents
@@ -68,7 +70,7 @@ def open_source(settings_data, base_dir: Path, which: str = "train", bundled: Pa
     specs = source_specs(settings_data, which)
     if specs == [BUILTIN] and bundled is not None:
         specs = [str(bundled)]
-    src = resolve(specs, base_dir, key="data.validation_path" if which == "validation" else "data.path")
+    src = resolve(specs, base_dir, key=K.DATA_VALIDATION_PATH if which == "validation" else K.DATA_PATH)
     split = "train" if which == "validation" and src.folder is None else settings_data.split
     return src, open_dataset(src, split, streaming=bool(settings_data.streaming) and which == "train")
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuner.compiler import keys as K
+
 from .errors import DataError
 
 #: file suffix -> `datasets` builder name.
@@ -58,7 +60,7 @@ def hub_refusal(spec: str) -> DataError:
                      f"(or datasets.load_dataset({name!r}).save_to_disk({local!r})), then set data.path = {local!r}")
 
 
-def resolve(specs: list[str], base_dir: Path, key: str = "data.path") -> Source:
+def resolve(specs: list[str], base_dir: Path, key: str = K.DATA_PATH) -> Source:
     """The `Source` that `specs` (paths or globs, relative to `base_dir`) name, or a DataError."""
     files: list[Path] = []
     for spec in specs:

@@ -48,3 +48,73 @@ def test_every_emitted_setting_name_is_declared(example, monkeypatch):
         if name in cfg:
             section, key = path.split(".")
             assert cfg[name] == getattr(getattr(result.settings, section), key), name
+
+
+def test_a_key_declares_its_step_only_where_it_leaves_its_sections():
+    """A section class declares the wizard step of its keys (``step``); a key says ``step=``
+    only where it sits on another step, so that the section -> step map is written once."""
+    from tuner.compiler.declare import declared, sections
+    from tuner.compiler.settings import Settings
+    from tuner.tui.layout import STEP_IDS
+
+    for name, cls in sections(Settings).items():
+        assert getattr(cls, "step", None) in STEP_IDS[:-1], f"[{name}] declares no wizard step"
+    repeated = [k.path for k in declared(Settings) if k.setting.step == sections(Settings)[k.section].step]
+    assert not repeated, f"these keys repeat their section's step (remove step=): {repeated}"
+    assert index().keys["fsdp.cpu_ram_efficient_loading"].step == "checkpoints"  # one that sits elsewhere
+    assert index().keys["fsdp.version"].step == "sharding"
+
+
+def _string_constants(tree) -> set[str]:
+    import ast
+
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def test_no_accelerate_key_name_is_typed_outside_the_declaration():
+    """accelerate's name for a key is declared once, with the key (``accelerate=``): emit
+    writes it from there and the importer reads it back through the same table. Outside the
+    declaration and the importer's tables of other tools' names (compiler/formats/) no
+    production module spells one; where accelerate's name is also one of tuner's own key
+    names (num_processes), only emit is held to it."""
+    import ast
+
+    from tests.conftest import REPO
+
+    infos = index().keys.values()
+    names = {n.rpartition(".")[2] for info in infos for n in info.setting.accelerate}
+    distinctive = names - {info.name for info in infos}
+    assert "fsdp_version" in distinctive and "parallelism_config_cp_size" in distinctive
+    found = {}
+    for package in ("compiler", "runtime", "tui", "tuner"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            if rel.startswith(("compiler/sections/", "compiler/formats/")):
+                continue
+            hits = _string_constants(ast.parse(path.read_text())) & distinctive
+            if hits:
+                found[rel] = sorted(hits)
+    assert not found, f"accelerate key names typed outside the declaration: {found}"
+    # emit: not even the names that are tuner's own too, except in accelerate's own table of
+    # every key its config loader accepts, and the manifest (tuner's topology record).
+    tree = ast.parse((REPO / "compiler/emit.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "manifest":
+            continue
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "ACCELERATE_CONFIG_KEYS" for t in node.targets):
+            continue
+        assert not _string_constants(node) & names, f"emit.py line {node.lineno} spells {_string_constants(node) & names}"
+
+
+def test_key_constants_are_the_declared_paths():
+    """compiler/keys.py: each constant is a declared key path, made from an attribute read on
+    the typed settings; a path that is not declared fails when the constant is made."""
+    from tuner.compiler import keys
+
+    constants = {name: value for name, value in vars(keys).items() if name.isupper() and isinstance(value, str)}
+    assert len(constants) > 40
+    for name, path in constants.items():
+        assert path in index().keys and name == path.replace(".", "_").upper(), name
+    assert keys.key(lambda s: s.context_parallel.sp_size) == "context_parallel.sp_size"
+    with pytest.raises(LookupError, match="fsdp.verison"):
+        keys.key(lambda s: s.fsdp.verison)

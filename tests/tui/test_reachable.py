@@ -100,8 +100,8 @@ def test_every_key_declares_its_wizard_step():
 
     seen: dict[tuple[str, int], str] = {}
     for path, info in index().keys.items():
-        assert info.setting.step in STEP_IDS[:-1], f"{path}: step {info.setting.step!r} is not a wizard step"
+        assert info.step in STEP_IDS[:-1], f"{path}: step {info.step!r} is not a wizard step"
         if info.setting.order is not None:
-            place = (info.setting.step, info.setting.order)
+            place = (info.step, info.setting.order)
             assert place not in seen, f"{path} and {seen[place]} both declare {place}"
             seen[place] = path
