@@ -30,7 +30,7 @@ from .deepspeed_offload import (  # noqa: F401 - the optimizer names are public 
     scheduler,
 )
 from .diagnostics import Diagnostics
-from .settings import Settings
+from .settings import Settings, global_batch
 
 
 def _as_int(value: Any) -> int:
@@ -139,7 +139,7 @@ def _batch(out: dict, s: Settings, world: int, explicit: AbstractSet[str], build
                        f"micro batch {micro} per rank, derived from train_batch_size {total} as DeepSpeed does")
         else:
             micro = t.micro_batch_size
-    expected = micro * accum * world
+    expected = global_batch(micro, accum, world)
     if total is not None and total != expected:
         diags.error("deepspeed.config.train_batch_size",
                     f"train_batch_size {total!r} does not equal train_micro_batch_size_per_gpu {micro} "

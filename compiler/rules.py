@@ -17,7 +17,7 @@ from .diagnostics import Diagnostics
 from .normalise import Normalised
 from .rules_runtime import check_runtime_keys
 from .schema import index
-from .settings import Settings
+from .settings import Settings, global_batch
 
 MSG_FSDP_AND_DEEPSPEED = "FSDP and DeepSpeed cannot be enabled simultaneously."
 MSG_CP_NEEDS_FSDP2 = "Context parallelism requires FSDP2."
@@ -49,11 +49,6 @@ class Plan:
 
 def deepspeed_requested(s: Settings) -> bool:
     return bool(s.deepspeed.enabled or s.deepspeed.config)
-
-
-def global_batch(micro_batch_size: int, gradient_accumulation_steps: int, data_parallel_size: int) -> int:
-    """The samples one optimizer step sees: the one formula (the plan, the wizard, DeepSpeed)."""
-    return micro_batch_size * gradient_accumulation_steps * data_parallel_size
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from typing import Any
 
 from tuner.compiler import CompileResult, compile_text
 from tuner.compiler.diagnostics import Diagnostic, Diagnostics
-from tuner.compiler.rules import global_batch
 from tuner.compiler.schema import index
+from tuner.compiler.settings import global_batch as batch_of
 
 from .document import SettingsDocument
 from .layout import (  # noqa: F401  (re-exported: the widgets import them from here)
@@ -256,8 +256,8 @@ class WizardState:
         v = self.values
         plan = self.result.plan
         dp = plan.data_parallel_size if plan else v["hardware.num_processes"]
-        total = plan.global_batch_size if plan else global_batch(v["training.micro_batch_size"],
-                                                                 v["training.gradient_accumulation_steps"], dp)
+        total = plan.global_batch_size if plan else batch_of(v["training.micro_batch_size"],
+                                                             v["training.gradient_accumulation_steps"], dp)
         formula = (f"{v['training.micro_batch_size']} micro × {v['training.gradient_accumulation_steps']} accumulation"
                    f" × {dp} data-parallel ranks")
         return total, formula
