@@ -1,5 +1,12 @@
 """Cross-field rules and the plan: which strategy the settings mean, checked as a whole.
 
+The rules stage of the compile (`check`): normalised settings in; diagnostics, the resolved
+settings and the plan out. It changes nothing it is given and reads nothing: what it needs
+from the world (the platform "auto" means, the model's facts, the NVMe directory) the gather
+stage passes. The DeepSpeed config is built here, because a raw config may set what the plan
+follows (the ZeRO stage, the batch factors); the plan is then made once, and settings and
+plan are frozen (`freeze`, a frozen `Plan`).
+
 Each rule is a small function over typed settings that adds diagnostics. Messages the
 seeds define are kept word for word (`FSDP and DeepSpeed cannot be enabled
 simultaneously.`, `Context parallelism requires FSDP2.`).

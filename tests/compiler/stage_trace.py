@@ -17,7 +17,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-COMPILER = Path(__file__).resolve().parents[2] / "compiler"
+import tuner.compiler
+
+COMPILER = Path(tuner.compiler.__file__).parent
 
 #: Stage -> its modules (file stems in compiler/), in pipeline order.
 STAGES: dict[str, tuple[str, ...]] = {
