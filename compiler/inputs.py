@@ -188,7 +188,7 @@ def detected_platform(facts: HardwareFacts | None, stated: bool) -> str:
     from .hardware import local_facts
     from .platform_probe import detect_platform
 
-    return detect_platform(facts if stated or facts is not None else local_facts())
+    return detect_platform(facts if facts is not None else local_facts())
 
 
 def tool_versions() -> dict[str, str]:

@@ -14,6 +14,7 @@ simultaneously.`, `Context parallelism requires FSDP2.`).
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
@@ -208,8 +209,8 @@ def check(n: Normalised, diags: Diagnostics, detected: str, found: Any = None,
 def _resolve(n: Normalised, platform: str, diags: Diagnostics) -> Settings:
     """The typed settings with what the rules decide for the person: the target platform of
     "auto", DeepSpeed on when a DeepSpeed config is given, the ring rotation of no context
-    parallelism. A new value; `n` is not changed."""
-    s = Settings.from_dict({name: dict(values) for name, values in n.settings.items()})
+    parallelism. A new value sharing nothing with `n` (a later stage cannot change it)."""
+    s = Settings.from_dict({name: copy.deepcopy(dict(values)) for name, values in n.settings.items()})
     hw, ds, cp = s.hardware, s.deepspeed, s.context_parallel
     if hw.platform == "auto":
         hw = replace(hw, platform=platform)
