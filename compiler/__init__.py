@@ -2,11 +2,13 @@
 
 Pure Python; never imports torch, accelerate, deepspeed or textual. Read -> compile -> write:
 
-    read:    gather (inputs.py): the settings, the files they name, hardware facts, the
-             model's facts, the NVMe directory's free space, package versions -> CompileInputs
-    compile: compile_inputs (no I/O): normalise (normalise.py: aliases, spellings, schema)
-             -> rules (rules.py: cross-field checks, the plan) -> deepspeed_config.py
-             -> model_facts.py (wrap classes, the memory estimate) -> emit.py (texts)
+    read:    gather (inputs.py): the settings, normalised once (normalise.py: aliases,
+             spellings, schema; frozen), the files they name, hardware facts, the model's
+             facts, the NVMe directory's free space, package versions -> CompileInputs
+    compile: compile_inputs (no I/O), each stage entered once, top-down:
+             rules (rules.py: cross-field checks, the DeepSpeed config (deepspeed_config.py),
+             then the plan, once; settings and plan frozen) -> model_facts.py (wrap classes,
+             the memory estimate) -> emit.py (texts)
     write:   CompileResult.write (build_writer.write_atomically): the one writer
 
 `compile_text` / `compile_file` gather and compile; nothing is written until `write()` is
@@ -21,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import build_writer, cluster, deepspeed_config, emit, model_facts, value_checks
+from . import build_writer, cluster, emit, model_facts, value_checks
 from .diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Diagnostic, Diagnostics
 from .estimate_report import Estimate
 from .files import MAX_BYTES, FileError, parse_yaml
 from .hardware import HardwareFacts
 from .inputs import CompileInputs, gather
-from .normalise import normalise
+from .normalise import Normalised, normalise
 from .rules import Plan, check
 from .settings import Settings
 from .source import Source, SourceError, parse_settings_text, read_settings
@@ -52,6 +54,9 @@ class CompileResult:
     estimate: Estimate | None = None
     """The memory estimate this compile computed (its fit warnings come from it); what
     `tuner estimate` and the wizard show. None when the settings got no plan."""
+    normalised: Normalised | None = None
+    """The settings as normalised, before the rules resolved anything (what the wizard shows
+    in its fields); None when the text did not parse."""
 
     @property
     def ok(self) -> bool:
@@ -107,22 +112,18 @@ def compile_inputs(inputs: CompileInputs) -> CompileResult:
         return src.locator.find(key)
 
     diags = Diagnostics(file=inputs.display_name, locate=locate)
-    n = normalise(src.data, diags, inputs.overrides, inputs.project_dir, inputs.read)
+    n = inputs.normalised
+    if n is None:  # inputs built by hand: normalise here, from what they gathered
+        n = normalise(src.data, diags, inputs.overrides, inputs.read)
+    else:
+        diags.extend(inputs.normalise_diagnostics)
     origin.update(n.origin)
-    s, plan = check(n, diags, inputs.platform)
+    model = n.settings["model"]
+    found = inputs.model(model["path"], model["family"], model["flavour"])
+    checked = check(n, diags, inputs.platform, found, inputs.disk)
+    s, plan = checked.settings, checked.plan
     out_dir = inputs.out_dir
-    result = CompileResult(diags, s, plan, out_dir)
-    found = inputs.model(s.model.path, s.model.family, s.model.flavour)
-
-    ds_text = ""
-    if plan.uses_deepspeed:
-        ds_cfg, s = deepspeed_config.build(s, plan.data_parallel_size, n.explicit, diags, inputs.disk,
-                                           model_facts.nvme_bytes(s, plan, found))
-        # The raw config may set the stage and the batch factors: the plan follows them.
-        plan.strategy = Strategy.zero(s.deepspeed.zero_stage)
-        plan.global_batch_size = (s.training.micro_batch_size * s.training.gradient_accumulation_steps
-                                  * plan.data_parallel_size)
-        ds_text = emit.render_json(ds_cfg)
+    result = CompileResult(diags, s, plan, out_dir, normalised=n)
 
     base_cfg: dict[str, Any] = {}
     if s.accelerate.base:
@@ -138,6 +139,7 @@ def compile_inputs(inputs: CompileInputs) -> CompileResult:
     if not diags.ok:
         return result
 
+    ds_text = emit.render_json(checked.deepspeed) if checked.deepspeed is not None else ""
     ds_path = _deepspeed_path(out_dir, inputs.project_dir) if ds_text else None
     ours = emit.accelerate_config(s, plan, ds_path)
     cfg = emit.merge_base(base_cfg, ours, plan, diags) if base_cfg else ours

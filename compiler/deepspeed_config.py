@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from . import deepspeed_rules
@@ -29,7 +30,7 @@ from .deepspeed_offload import (  # noqa: F401 - the optimizer names are public 
     scheduler,
 )
 from .diagnostics import Diagnostics
-from .settings import Settings
+from .settings import Settings, global_batch
 
 
 def _as_int(value: Any) -> int:
@@ -40,15 +41,17 @@ def _concrete(value: Any) -> bool:
     return value is not None and value != "auto"
 
 
-def build(s: Settings, world_size: int, explicit: set[str], diags: Diagnostics,
+def build(s: Settings, world_size: int, explicit: AbstractSet[str], diags: Diagnostics,
           disks: Callable[[str], Any] = lambda text: None, offload_bytes_hint: int = 0) -> tuple[dict[str, Any], Settings]:
-    """The DeepSpeed JSON for settings `s`, and `s` with values adopted from a raw config.
+    """The DeepSpeed JSON for settings `s`, and new settings with the values adopted from a
+    raw config (`s` itself is not changed: the rules stage makes the plan from the new ones).
 
     `disks` gives an NVMe path's `inputs.DiskFacts` (what the gather stage measured).
     `offload_bytes_hint` is the estimator's figure for what NVMe must hold (0 = unknown).
-    `s.training.micro_batch_size` / `gradient_accumulation_steps` come back as the values the
-    run really uses, which is what `tuner run` gives accelerate to fill any "auto".
+    The new settings' `training.micro_batch_size` / `gradient_accumulation_steps` are the
+    values the run really uses, which is what `tuner run` gives accelerate to fill any "auto".
     """
+    s = Settings.from_dict(s.to_dict())  # the working copy this build adopts values into
     raw: dict[str, Any] = copy.deepcopy(s.deepspeed.config) if isinstance(s.deepspeed.config, dict) else {}
     # A config with only builder fields describes the whole run through the settings; with a
     # raw config, only what it says and what the person set explicitly is written.
@@ -81,7 +84,7 @@ def build(s: Settings, world_size: int, explicit: set[str], diags: Diagnostics,
     return out, s
 
 
-def _batch(out: dict, s: Settings, world: int, explicit: set[str], builder: bool, diags: Diagnostics) -> bool:
+def _batch(out: dict, s: Settings, world: int, explicit: AbstractSet[str], builder: bool, diags: Diagnostics) -> bool:
     """train_batch_size = micro x accumulation x data-parallel world, checked where the numbers
     are known. A concrete value in the raw config sets the run's batch; "auto" stays for
     accelerate to fill from what tuner run passes it (the settings' values)."""
@@ -136,7 +139,7 @@ def _batch(out: dict, s: Settings, world: int, explicit: set[str], builder: bool
                        f"micro batch {micro} per rank, derived from train_batch_size {total} as DeepSpeed does")
         else:
             micro = t.micro_batch_size
-    expected = micro * accum * world
+    expected = global_batch(micro, accum, world)
     if total is not None and total != expected:
         diags.error("deepspeed.config.train_batch_size",
                     f"train_batch_size {total!r} does not equal train_micro_batch_size_per_gpu {micro} "
@@ -163,7 +166,7 @@ def _batch(out: dict, s: Settings, world: int, explicit: set[str], builder: bool
     return True
 
 
-def _precision(out: dict, s: Settings, explicit: set[str], diags: Diagnostics) -> None:
+def _precision(out: dict, s: Settings, explicit: AbstractSet[str], diags: Diagnostics) -> None:
     """bf16/fp16 follow training.mixed_precision unless the raw config decides. "auto" stays:
     accelerate fills it from its mixed-precision setting (tuner run passes the settings')."""
     t = s.training
@@ -194,7 +197,7 @@ def _precision(out: dict, s: Settings, explicit: set[str], diags: Diagnostics) -
             section["auto_cast"] = True
 
 
-def _clipping(out: dict, s: Settings, explicit: set[str], diags: Diagnostics) -> None:
+def _clipping(out: dict, s: Settings, explicit: AbstractSet[str], diags: Diagnostics) -> None:
     """Written only when the raw config or a setting the person wrote asks: DeepSpeed's
     default is no clipping."""
     if "deepspeed.gradient_clipping" in explicit:
@@ -211,7 +214,7 @@ def _clipping(out: dict, s: Settings, explicit: set[str], diags: Diagnostics) ->
         out["gradient_clipping"] = value
 
 
-def _zero(out: dict, s: Settings, explicit: set[str], builder: bool, diags: Diagnostics) -> dict | None:
+def _zero(out: dict, s: Settings, explicit: AbstractSet[str], builder: bool, diags: Diagnostics) -> dict | None:
     ds = s.deepspeed
     zero = out.get("zero_optimization")
     if zero is None:

@@ -10,6 +10,7 @@ DeepSpeed's, with the "auto" parameters accelerate fills.
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from .diagnostics import Diagnostics
@@ -127,7 +128,7 @@ def offload(out, zero, s: Settings, stage: int, explicit, diags: Diagnostics,
 _OFFLOAD_OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam"}
 
 
-def optimizer(out: dict, zero: dict, s: Settings, explicit: set[str], builder: bool, diags: Diagnostics) -> None:
+def optimizer(out: dict, zero: dict, s: Settings, explicit: AbstractSet[str], builder: bool, diags: Diagnostics) -> None:
     t = s.training
     opt = out.get("optimizer")
     offload = str((zero.get("offload_optimizer") or {}).get("device", "none")) != "none"
@@ -174,7 +175,7 @@ _SCHEDULER_AUTO = {
 }
 
 
-def scheduler(out: dict, s: Settings, explicit: set[str], diags: Diagnostics) -> None:
+def scheduler(out: dict, s: Settings, explicit: AbstractSet[str], diags: Diagnostics) -> None:
     sched = out.get("scheduler")
     if sched is None and "deepspeed.scheduler" in explicit:
         name = s.deepspeed.scheduler

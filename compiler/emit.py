@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
-from functools import lru_cache
-from importlib import metadata
 from typing import Any
 
 import yaml
 
 from . import keys as K
 from .diagnostics import Diagnostics
+from .inputs import tool_versions
 from .rules import Plan
 from .schema import accelerate_name, accelerate_names, index, index_of, written_accelerate_names
 from .settings import Settings
@@ -217,22 +215,6 @@ def render_json(obj: Any) -> str:
 
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def tool_versions() -> dict[str, str]:
-    """Versions from package metadata: no heavy import happens here."""
-    return dict(_tool_versions())
-
-
-@lru_cache(maxsize=1)  # reading package metadata was half of a compile's time (the wizard compiles on every edit)
-def _tool_versions() -> dict[str, str]:
-    out = {"python": ".".join(map(str, sys.version_info[:3]))}
-    for dist in ("tuner", "torch", "accelerate", "deepspeed", "transformers", "diffusers"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "not installed"
-    return out
 
 
 def manifest(s: Settings, plan: Plan, settings_file: str | None, settings_text: str,

@@ -98,7 +98,11 @@ def estimate(s: Settings, plan, facts=None, base_dir: Path | None = None,
     """
     source = "stated"
     if model is None:
-        model, source = model_size(s, base_dir, found)
+        if found is None:  # a caller outside the compile (tuner check, tests): read the model's facts now
+            from .inputs import find_model
+
+            found = find_model(s.model.path, s.model.family, s.model.flavour, base_dir)
+        model, source = model_size(s, found)
     platform = plan.platform
     gpu_cap, host_cap, cap_source = capacities(s, facts, platform)
     if model is None:
@@ -173,11 +177,12 @@ def render_for_text(settings_text: str, settings_path: Path | None = None) -> st
     return result.estimate.table()
 
 
-def nvme_bytes_per_host(s: Settings, plan, base_dir: Path | None = None, found=None) -> int:
-    """What NVMe offload puts on each machine's disk for the chosen strategy; 0 if unknown."""
+def nvme_bytes_per_host(s: Settings, plan, found) -> int:
+    """What NVMe offload puts on each machine's disk for the chosen strategy; 0 if unknown.
+    `found`: the model's gathered `inputs.ModelFacts`."""
     if not plan.strategy.is_deepspeed:
         return 0
-    m, _ = model_size(s, base_dir, found)
+    m, _ = model_size(s, found)
     if m is None:
         return 0
     r = estimate_strategy(s, m, plan.strategy, max(1, plan.world_size), max(1, plan.processes_per_machine),

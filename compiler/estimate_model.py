@@ -70,17 +70,14 @@ def transformer_blocks(config: dict[str, Any]) -> int:
     return n + int(config.get("num_single_layers") or 0)
 
 
-def model_size(s: Settings, base_dir: Path | None = None, found=None) -> tuple[ModelSize | None, str]:
+def model_size(s: Settings, found: Any) -> tuple[ModelSize | None, str]:
     """What is known about the settings' model, and a sentence saying where it came from
-    (or why nothing is known). `found` is what the compile's gather stage read about the
-    model (`inputs.ModelFacts`); without it, the files are read now. Never builds a model."""
+    (or why nothing is known). `found` is what the gather stage read about the model
+    (`inputs.ModelFacts`; `inputs.find_model` outside a compile). Reads nothing, never
+    builds a model."""
     from . import builtin_models as tiny_configs  # pure dicts
 
     m = s.model
-    if found is None:
-        from .inputs import find_model
-
-        found = find_model(m.path, m.family, m.flavour, base_dir)
     builtin = tiny_configs.is_builtin(m.path) and found.packaged is None
     cached = found.detection
     if cached is not None:

@@ -10,6 +10,11 @@ working directory: the one place the working directory counts). `tuner.compiler.
 compile_inputs` then compiles that value without touching the file system, the environment
 or the network, so the same `CompileInputs` always compile to the same result.
 
+What the settings name is known only once they are normalised (aliases, overrides, a raw
+DeepSpeed config's own NVMe paths), so `gather` runs the normalise stage, once, reading
+the DeepSpeed config it names as it goes; the compile starts from that frozen result
+(`CompileInputs.normalised`) and never normalises again.
+
 Paths are keyed as the settings write them; relative ones are resolved here, against the
 project directory, never in the compile.
 """
@@ -20,14 +25,21 @@ import copy
 import errno
 import os
 import shutil
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .diagnostics import Diagnostics
+from .diagnostics import Diagnostic, Diagnostics
 from .files import MAX_CONFIG_BYTES, FileError, read_text
 from .hardware import HardwareFacts
 from .source import Source
+
+if TYPE_CHECKING:
+    from .normalise import Normalised
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,10 @@ class CompileInputs:
     """Installed package versions (the manifest's ``versions``)."""
     data_paths: dict[str, bool] = field(default_factory=dict)
     """Data path as written (data.path, data.files, data.validation_path) -> whether it exists here."""
+    normalised: Normalised | None = None
+    """The settings normalised (by `gather`); None: the compile normalises `source` itself."""
+    normalise_diagnostics: tuple[Diagnostic, ...] = ()
+    """What normalising them said (located in the settings file), reported by the compile."""
 
     def read(self, text: str, what: str) -> FileRead:
         got = self.files.get((what, text))
@@ -169,19 +185,35 @@ def detected_platform(facts: HardwareFacts | None, stated: bool) -> str:
     (``$TUNER_PLATFORM``, this host's facts, its device files)."""
     if stated and facts is not None and facts.platform in ("cuda", "rocm", "mps", "cpu"):
         return facts.platform
+    from .hardware import local_facts
     from .platform_probe import detect_platform
 
-    return detect_platform(facts)
+    return detect_platform(facts if facts is not None else local_facts())
+
+
+def tool_versions() -> dict[str, str]:
+    """Versions from package metadata (the manifest's ``versions``): no heavy import happens here."""
+    return dict(_tool_versions())
+
+
+@lru_cache(maxsize=1)  # reading package metadata was half of a compile's time (the wizard compiles on every edit)
+def _tool_versions() -> dict[str, str]:
+    out = {"python": ".".join(map(str, sys.version_info[:3]))}
+    for dist in ("tuner", "torch", "accelerate", "deepspeed", "transformers", "diffusers"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
 
 
 def gather(src: Source, overrides: list[str] | tuple[str, ...] = (), out_dir: Path | None = None,
            facts: HardwareFacts | None = None, display_name: str | None = None,
            host_facts: bool = True) -> CompileInputs:
-    """Read everything the compile of `src` needs. `facts` describe the target machine; when
-    None, the injected or saved facts of this host are used (`hardware.local_facts`), unless
-    `host_facts` is False (the wizard: the run usually targets other machines, so only what
-    the settings state counts)."""
-    from . import emit
+    """Read everything the compile of `src` needs, and normalise the settings (once). `facts`
+    describe the target machine; when None, the injected or saved facts of this host are used
+    (`hardware.local_facts`), unless `host_facts` is False (the wizard: the run usually
+    targets other machines, so only what the settings state counts)."""
     from .hardware import local_facts
     from .normalise import normalise
 
@@ -193,9 +225,8 @@ def gather(src: Source, overrides: list[str] | tuple[str, ...] = (), out_dir: Pa
         raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(out)) from None
     stated = facts is not None
     facts = copy.deepcopy(facts) if stated else (local_facts() if host_facts else None)
+    display = display_name or (str(src.path) if src.path else "<settings>")
 
-    # What the settings name is known only once they are normalised (aliases, overrides, a
-    # raw DeepSpeed config's own paths): a first pass finds it; its diagnostics are dropped.
     files: dict[tuple[str, str], FileRead] = {}
 
     def read(text: str, what: str) -> FileRead:
@@ -203,8 +234,9 @@ def gather(src: Source, overrides: list[str] | tuple[str, ...] = (), out_dir: Pa
             files[(what, text)] = read_file(text, project_dir, what)
         return files[(what, text)]
 
-    n = normalise(src.data, Diagnostics(), tuple(overrides), project_dir, read)
-    model, acc, ds = n.settings.get("model", {}), n.settings.get("accelerate", {}), n.settings.get("deepspeed", {})
+    said = Diagnostics(file=display, locate=src.locator.find)
+    n = normalise(src.data, said, tuple(overrides), read)
+    model, acc, ds = n.settings["model"], n.settings["accelerate"], n.settings["deepspeed"]
     base = acc.get("base")
     if isinstance(base, str) and base:
         read(base, "base accelerate config")
@@ -216,23 +248,23 @@ def gather(src: Source, overrides: list[str] | tuple[str, ...] = (), out_dir: Pa
         except (OSError, ValueError):  # an unreadable directory on the way: the model is not available here
             models[key] = ModelFacts(location=key[0])
     disks = {text: measure_disk(text, project_dir) for text in _nvme_paths(ds)}
-    data_paths = {text: resolve(text, project_dir).exists() for text in _data_paths(n.settings.get("data", {}))}
+    data_paths = {text: resolve(text, project_dir).exists() for text in _data_paths(n.settings["data"])}
     return CompileInputs(
         source=src, overrides=tuple(overrides), project_dir=project_dir, out_dir=out,
         settings_file=os.path.relpath(src.path.resolve(), out) if src.path else None,
-        display_name=display_name or (str(src.path) if src.path else "<settings>"),
-        platform=detected_platform(facts, stated), facts=facts, files=files, models=models, disks=disks,
-        versions=emit.tool_versions(), data_paths=data_paths)
+        display_name=display, platform=detected_platform(facts, stated), facts=facts, files=files,
+        models=models, disks=disks, versions=tool_versions(), data_paths=data_paths, normalised=n,
+        normalise_diagnostics=tuple(said.items))
 
 
-def _data_paths(data: dict[str, Any]) -> set[str]:
+def _data_paths(data: Mapping[str, Any]) -> set[str]:
     """The local data paths the settings name (not globs, not 'builtin')."""
     files = data.get("files")
     named = [data.get("path"), data.get("validation_path"), *(files if isinstance(files, list) else [])]
     return {p for p in named if isinstance(p, str) and p and p != "builtin" and not any(c in p for c in "*?[")}
 
 
-def _nvme_paths(ds: dict[str, Any]) -> set[str]:
+def _nvme_paths(ds: Mapping[str, Any]) -> set[str]:
     """Every NVMe swap directory the settings or their raw DeepSpeed config name."""
     found = {ds.get("nvme_path")}
     raw = ds.get("config")

@@ -116,9 +116,9 @@ def check(s: Settings, plan: Plan, diags: Diagnostics, found, facts=None) -> Est
     return _check_fit(s, plan, diags, found, facts)
 
 
-def nvme_bytes(s: Settings, plan: Plan, found=None) -> int:
+def nvme_bytes(s: Settings, plan: Plan, found) -> int:
     """What NVMe offload puts on each machine's disk (0: unknown); `found`: the model's
-    `inputs.ModelFacts` (None: read them now, relative paths against the working directory)."""
+    gathered `inputs.ModelFacts` (this reads nothing)."""
     try:
         return _estimate.nvme_bytes_per_host(s, plan, found=found)
     except (ValueError, TypeError, OSError, ZeroDivisionError):

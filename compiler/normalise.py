@@ -21,8 +21,9 @@ import copy
 import json
 import math
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from . import files, value_checks
@@ -49,15 +50,37 @@ def coerce(path: str, value: Any) -> Any:
 # --- the result ----------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class Normalised:
-    settings: dict[str, dict[str, Any]]
-    explicit: set[str] = field(default_factory=set)
+    """The normalise stage's result, read-only: later stages read it, none changes it."""
+
+    settings: Mapping[str, Mapping[str, Any]]
+    """Section -> key -> canonical value (every key; defaults where nothing was written)."""
+    explicit: frozenset[str] = frozenset()
     """Canonical paths the person set (in the file or on the command line)."""
-    origin: dict[str, str] = field(default_factory=dict)
+    origin: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Canonical path -> the path as written (an alias, or a key inside a section)."""
-    invalid: set[str] = field(default_factory=set)
+    invalid: frozenset[str] = frozenset()
     """Canonical paths whose value failed validation and fell back to the default."""
+
+    def value(self, path: str) -> Any:
+        """The canonical value of dotted key `path` (``fsdp.version``)."""
+        section, name = path.split(".", 1)
+        return self.settings[section][name]
+
+
+@dataclass
+class _Result:
+    """What `normalise` fills in before it freezes it into `Normalised`."""
+
+    settings: dict[str, dict[str, Any]]
+    explicit: set[str]
+    origin: dict[str, str]
+    invalid: set[str] = field(default_factory=set)
+
+    def frozen(self) -> Normalised:
+        return Normalised(MappingProxyType({k: MappingProxyType(v) for k, v in self.settings.items()}),
+                          frozenset(self.explicit), MappingProxyType(dict(self.origin)), frozenset(self.invalid))
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -100,10 +123,9 @@ MAX_UNKNOWN_REPORTED = 50
 
 
 class _Builder:
-    def __init__(self, idx: SchemaIndex, diags: Diagnostics, base_dir: Path | None):
+    def __init__(self, idx: SchemaIndex, diags: Diagnostics):
         self.idx = idx
         self.diags = diags
-        self.base_dir = base_dir
         self.values: dict[str, Any] = {}
         self.origin: dict[str, str] = {}
         self.unknown_count = 0
@@ -178,19 +200,23 @@ class _Builder:
         self.put(canonical, key, value, "override")
 
 
-def _load_deepspeed_config(value: Any, base_dir: Path | None, diags: Diagnostics, read=None) -> Any:
+#: Gives a file the settings name by (path as written, what it is): an `inputs.FileRead`.
+Reader = Callable[[str, str], Any]
+
+
+def _load_deepspeed_config(value: Any, diags: Diagnostics, read: Reader | None) -> Any:
     """deepspeed.config as a path -> the parsed JSON object (errors reported, {} returned).
 
-    `read` (the compiler's gathered inputs, `inputs.FileReads`) gives the file's text by
-    the path as written, so the compile itself reads nothing; without it, the file is read."""
+    `read` (the gather stage's, `inputs.CompileInputs.read`) gives the file's text by the
+    path as written: normalise reads nothing itself. None: no file was gathered (an error)."""
     if not isinstance(value, str):
         return value
     if not value.strip():
         return {}
     if read is None:
-        from .inputs import read_file  # a caller outside the compile pipeline (the wizard's model)
-
-        read = lambda text, what: read_file(text, base_dir, what)  # noqa: E731
+        diags.error("deepspeed.config", f"DeepSpeed config file {value} was not read before normalising",
+                    "normalise with the gather stage's reader (tuner.compiler.gather)")
+        return {}
     got = read(value, "DeepSpeed config file")
     path = got.path
     try:
@@ -211,26 +237,27 @@ def normalise(
     data: dict[str, Any],
     diags: Diagnostics,
     overrides: list[str] | tuple[str, ...] = (),
-    base_dir: Path | None = None,
-    read=None,
+    read: Reader | None = None,
     root: type = Settings,
 ) -> Normalised:
-    """`root`: the declaration (tuner's `Settings`; a test may declare its own)."""
+    """What the person wrote (`data`, `overrides`) -> the canonical settings, frozen. A
+    DeepSpeed config named by path is taken from `read` (the gather stage's files). `root`: the
+    declaration (tuner's `Settings`; a test may declare its own)."""
     idx = index_of(root)
-    builder = _Builder(idx, diags, base_dir)
+    builder = _Builder(idx, diags)
     builder.take_file(data)
     for text in overrides:
         builder.take_override(text)
     builder.report_unreported()
 
     settings = idx.defaults()
-    result = Normalised(settings, set(builder.values), dict(builder.origin))
+    result = _Result(settings, set(builder.values), dict(builder.origin))
     for path, value in builder.values.items():
         info = idx.keys[path]
         written = builder.origin[path]
         value = copy.deepcopy(value)
         if path == "deepspeed.config":
-            value = _load_deepspeed_config(value, base_dir, diags, read)
+            value = _load_deepspeed_config(value, diags, read)
             if isinstance(value, dict) and set(value) == {"deepspeed_config"} and isinstance(value["deepspeed_config"], dict):
                 value = value["deepspeed_config"]
                 diags.note(written, "unwrapped the outer 'deepspeed_config' object (the seed's config.json layout)")
@@ -256,7 +283,7 @@ def normalise(
         settings[info.section][info.name] = value
 
     _validate(settings, result, diags, idx)
-    return result
+    return result.frozen()
 
 
 _TYPE_WORDS = {"integer": "an integer", "number": "a number", "boolean": "true or false",
@@ -284,7 +311,7 @@ def _numeric_problem(prop: dict[str, Any], value: Any) -> str | None:
     return None
 
 
-def _check_numbers(settings: dict[str, Any], result: Normalised, diags: Diagnostics, idx: SchemaIndex) -> None:
+def _check_numbers(settings: dict[str, Any], result: _Result, diags: Diagnostics, idx: SchemaIndex) -> None:
     """Refuse non-finite, non-integral and huge numbers (falling back to the default)."""
     for path, info in idx.keys.items():
         value = settings[info.section][info.name]
@@ -295,7 +322,7 @@ def _check_numbers(settings: dict[str, Any], result: Normalised, diags: Diagnost
             result.invalid.add(path)
 
 
-def _validate(settings: dict[str, Any], result: Normalised, diags: Diagnostics, idx: SchemaIndex) -> None:
+def _validate(settings: dict[str, Any], result: _Result, diags: Diagnostics, idx: SchemaIndex) -> None:
     from jsonschema import Draft202012Validator
 
     value_checks.check_values(settings, result, diags, idx)

@@ -12,18 +12,16 @@ import os
 import platform
 import shutil
 from pathlib import Path
+from typing import Any
 
 
-def detect_platform(facts=None) -> str:
+def detect_platform(facts: Any) -> str:
     """'cuda', 'rocm', 'mps' or 'cpu' for the machine this runs on. `facts`: this host's
-    facts when the caller has read them already (None: read them here)."""
+    `hardware.HardwareFacts` as the caller read them (`hardware.local_facts()`), or None when
+    there are none; this reads no facts file itself (the gather stage, `inputs.gather`, does)."""
     forced = os.environ.get("TUNER_PLATFORM", "").strip().lower()
     if forced in ("cuda", "rocm", "mps", "cpu"):
         return forced
-    if facts is None:
-        from .hardware import local_facts  # injected ($TUNER_HARDWARE_FACTS) or saved by `tuner doctor`
-
-        facts = local_facts()
     if facts is not None and facts.platform in ("cuda", "rocm", "mps", "cpu"):
         return facts.platform
     if platform.system() == "Darwin":

@@ -1,5 +1,12 @@
 """Cross-field rules and the plan: which strategy the settings mean, checked as a whole.
 
+The rules stage of the compile (`check`): normalised settings in; diagnostics, the resolved
+settings and the plan out. It changes nothing it is given and reads nothing: what it needs
+from the world (the platform "auto" means, the model's facts, the NVMe directory) the gather
+stage passes. The DeepSpeed config is built here, because a raw config may set what the plan
+follows (the ZeRO stage, the batch factors); the plan is then made once, and settings and
+plan are frozen (`freeze`, a frozen `Plan`).
+
 Each rule is a small function over typed settings that adds diagnostics. Messages the
 seeds define are kept word for word (`FSDP and DeepSpeed cannot be enabled
 simultaneously.`, `Context parallelism requires FSDP2.`).
@@ -7,15 +14,18 @@ simultaneously.`, `Context parallelism requires FSDP2.`).
 
 from __future__ import annotations
 
+import copy
 import re
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import FrozenInstanceError, asdict, dataclass, fields, replace
+from typing import Any, TypeVar
 
 from .diagnostics import Diagnostics
 from .normalise import Normalised
 from .rules_runtime import check_runtime_keys
 from .schema import index
-from .settings import Settings
+from .settings import Settings, global_batch
 from .strategy import Strategy
 
 MSG_FSDP_AND_DEEPSPEED = "FSDP and DeepSpeed cannot be enabled simultaneously."
@@ -26,7 +36,7 @@ TRAINED_FAMILIES: tuple[str, ...] = tuple(index().keys["model.family"].setting.o
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
     """What the settings resolve to; written to the manifest for the runtime."""
 
@@ -50,24 +60,34 @@ def deepspeed_requested(s: Settings) -> bool:
     return bool(s.deepspeed.enabled or s.deepspeed.config)
 
 
-def check(n: Normalised, diags: Diagnostics, detected: str | None = None) -> tuple[Settings, Plan]:
-    """`detected`: what ``hardware.platform = "auto"`` means (the compile's inputs say);
-    None: detect it on this machine now."""
-    s = Settings.from_dict(n.settings)
+@dataclass(frozen=True)
+class Checked:
+    """What the rules stage hands on: the resolved settings and the plan (both frozen), and
+    the DeepSpeed config when the plan uses DeepSpeed (None otherwise)."""
+
+    settings: Settings
+    plan: Plan
+    deepspeed: Mapping[str, Any] | None = None
+
+
+def _no_disk(text: str) -> Any:
+    return None
+
+
+def check(n: Normalised, diags: Diagnostics, detected: str, found: Any = None,
+          disks: Callable[[str], Any] = _no_disk) -> Checked:
+    """The rules stage: normalised settings -> diagnostics, resolved settings and the plan.
+
+    Pure: `n` is not changed, and nothing is read. `detected` is what ``hardware.platform =
+    "auto"`` means (the gather stage detected it); `found` is the model's gathered
+    `inputs.ModelFacts` (the NVMe estimate; None: unknown), `disks` an NVMe path's gathered
+    `inputs.DiskFacts`. The DeepSpeed config is built here because a raw config may set the
+    ZeRO stage, the batch factors and the precision, which the plan follows: the plan is made
+    once, from the settings as they finally are."""
+    s = _resolve(n, detected, diags)
     explicit = n.explicit
-
-    if s.hardware.platform == "auto":
-        if not detected:  # a caller outside the compile pipeline: ask this machine
-            from .platform_probe import detect_platform
-
-            detected = detect_platform()
-        s.hardware.platform = detected
-        diags.note("hardware.platform", f"target platform detected on this machine: {s.hardware.platform}",
-                   "state hardware.platform when compiling for another machine (e.g. in CI)")
     platform = s.hardware.platform
     ds_on = deepspeed_requested(s)
-    if s.deepspeed.config and not s.deepspeed.enabled:
-        s.deepspeed.enabled = True
 
     # -- exclusivity and platform -----------------------------------------------------
     if s.fsdp.enabled and ds_on:
@@ -120,10 +140,10 @@ def check(n: Normalised, diags: Diagnostics, detected: str | None = None) -> tup
             diags.error("context_parallel.size",
                         f"context_parallel.size {cp.size} must divide hardware.num_processes {s.hardware.num_processes}",
                         "pick a size that divides the process count")
-    elif cp.comm_strategy != "allgather":
+    elif n.settings["context_parallel"]["comm_strategy"] != "allgather":
+        written = n.settings["context_parallel"]["comm_strategy"]
         diags.note("context_parallel.comm_strategy",
-                   f"context parallelism is off (size 1); rotation {cp.comm_strategy!r} normalised to 'allgather'")
-        cp.comm_strategy = "allgather"
+                   f"context parallelism is off (size 1); rotation {written!r} normalised to 'allgather'")
 
     # -- FSDP details -----------------------------------------------------------------
     if s.fsdp.enabled:
@@ -169,8 +189,42 @@ def check(n: Normalised, diags: Diagnostics, detected: str | None = None) -> tup
         diags.warning("training.mixed_precision", "fp16 autocast is not supported on CPU; the run will use bf16 or fp32",
                       "use bf16 or no on CPU targets")
 
-    # -- strategy ---------------------------------------------------------------------
+    # -- topology and the plan ------------------------------------------------------
     world = hw.num_processes
+    if s.model.type == "lora" and s.fsdp.enabled and s.fsdp.version == 1:
+        diags.note("model.type", "LoRA with FSDP v1 needs use_orig_params; tuner sets it")
+    dp = world // cp.size if cp.size > 1 and world % cp.size == 0 else world
+    _loop_under_deepspeed(s, ds_on, n.explicit, diags)
+    sp = _deepspeed_sequence_parallel(s, ds_on, world, diags)
+    dp = dp // sp if sp > 1 else dp
+    rph = max(1, world // hw.num_machines)
+    ds_cfg = None
+    if ds_on:
+        from . import deepspeed_config
+
+        ds_cfg, s = deepspeed_config.build(s, dp, explicit, diags, disks,
+                                           _nvme_need(s, world, rph, platform, found))
+    return Checked(freeze(s), _plan(s, ds_on, world, rph, dp, platform), ds_cfg)
+
+
+def _resolve(n: Normalised, platform: str, diags: Diagnostics) -> Settings:
+    """The typed settings with what the rules decide for the person: the target platform of
+    "auto", DeepSpeed on when a DeepSpeed config is given, the ring rotation of no context
+    parallelism. A new value sharing nothing with `n` (a later stage cannot change it)."""
+    s = Settings.from_dict({name: copy.deepcopy(dict(values)) for name, values in n.settings.items()})
+    hw, ds, cp = s.hardware, s.deepspeed, s.context_parallel
+    if hw.platform == "auto":
+        hw = replace(hw, platform=platform)
+        diags.note("hardware.platform", f"target platform detected on this machine: {platform}",
+                   "state hardware.platform when compiling for another machine (e.g. in CI)")
+    if ds.config and not ds.enabled:
+        ds = replace(ds, enabled=True)
+    if cp.size <= 1 and cp.comm_strategy != "allgather":
+        cp = replace(cp, comm_strategy="allgather")
+    return replace(s, hardware=hw, deepspeed=ds, context_parallel=cp)
+
+
+def _plan(s: Settings, ds_on: bool, world: int, rph: int, dp: int, platform: str) -> Plan:
     if ds_on:
         strategy, dtype = Strategy.zero(s.deepspeed.zero_stage), "DEEPSPEED"
     elif s.fsdp.enabled:
@@ -179,24 +233,83 @@ def check(n: Normalised, diags: Diagnostics, detected: str | None = None) -> tup
         strategy, dtype = Strategy.DDP, ("MULTI_CPU" if platform == "cpu" else "MULTI_GPU")
     else:
         strategy, dtype = Strategy.SINGLE, "NO"
-    if s.model.type == "lora" and s.fsdp.enabled and s.fsdp.version == 1:
-        diags.note("model.type", "LoRA with FSDP v1 needs use_orig_params; tuner sets it")
-    dp = world // cp.size if cp.size > 1 and world % cp.size == 0 else world
-    _loop_under_deepspeed(s, ds_on, n.explicit, diags)
-    sp = _deepspeed_sequence_parallel(s, ds_on, world, diags)
-    dp = dp // sp if sp > 1 else dp
-    plan = Plan(
-        strategy=strategy,
-        distributed_type=dtype,
-        platform=platform,
-        world_size=world,
-        processes_per_machine=max(1, world // hw.num_machines),
-        data_parallel_size=dp,
-        global_batch_size=s.training.micro_batch_size * s.training.gradient_accumulation_steps * dp,
-        uses_deepspeed=ds_on,
-        uses_fsdp=s.fsdp.enabled and not ds_on,
-    )
-    return s, plan
+    t = s.training
+    return Plan(strategy=strategy, distributed_type=dtype, platform=platform, world_size=world,
+                processes_per_machine=rph, data_parallel_size=dp,
+                global_batch_size=global_batch(t.micro_batch_size, t.gradient_accumulation_steps, dp),
+                uses_deepspeed=ds_on, uses_fsdp=s.fsdp.enabled and not ds_on)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What the NVMe estimate reads of a plan, before the plan exists (the settings' stage)."""
+
+    strategy: Strategy
+    world_size: int
+    processes_per_machine: int
+    platform: str
+
+
+def _nvme_need(s: Settings, world: int, rph: int, platform: str, found: Any) -> int:
+    """The estimator's figure for what NVMe offload puts on each machine's disk (0: unknown),
+    for the settings' own ZeRO stage; `found` None: the model is unknown."""
+    if found is None:
+        return 0
+    from .estimate import nvme_bytes_per_host
+
+    try:
+        return nvme_bytes_per_host(s, _Shape(Strategy.zero(s.deepspeed.zero_stage), world, rph, platform), found=found)
+    except (ValueError, TypeError, OSError, ZeroDivisionError):
+        return 0
+
+
+# --- frozen settings ------------------------------------------------------------------
+
+_T = TypeVar("_T")
+_FROZEN: dict[type, type] = {}
+
+
+def _refuse(self: Any, name: str, value: Any = None) -> None:
+    if "_sealed" in self.__dict__:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}: the compile's settings are frozen after the "
+                                  "rules stage (make a new value with dataclasses.replace)")
+    object.__setattr__(self, name, value)
+
+
+def _frozen_class(cls: type) -> type:
+    """`cls` (a settings dataclass) whose instances refuse assignment once built; equal to
+    the plain class's instances with the same values."""
+    if cls not in _FROZEN:
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            cls.__init__(self, *args, **kwargs)  # type: ignore[misc]
+            object.__setattr__(self, "_sealed", True)
+
+        def eq(self: Any, other: Any) -> bool:
+            if not isinstance(other, cls):
+                return NotImplemented
+            return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(cls))
+
+        def delete(self: Any, name: str) -> None:
+            raise FrozenInstanceError(f"cannot delete field {name!r}: the compile's settings are frozen")
+
+        _FROZEN[cls] = type(cls.__name__, (cls,), {"__init__": init, "__setattr__": _refuse, "__delattr__": delete,
+                                                  "__eq__": eq, "__hash__": None, "__module__": cls.__module__})
+    return _FROZEN[cls]
+
+
+def freeze(s: Settings) -> Settings:
+    """`s` as a value nobody changes: each section (and the whole) refuses assignment."""
+    sections = {f.name: _freeze_one(getattr(s, f.name)) for f in fields(Settings)}
+    frozen: Settings = _frozen_class(Settings)(**sections)
+    return frozen
+
+
+def _freeze_one(section: _T) -> _T:
+    cls = type(section)
+    if cls in _FROZEN.values():
+        return section
+    out: _T = _frozen_class(cls)(**{f.name: getattr(section, f.name) for f in fields(cls)})  # type: ignore[arg-type]
+    return out
 
 
 def _deepspeed_sequence_parallel(s: Settings, ds_on: bool, world: int, diags: Diagnostics) -> int:
@@ -228,7 +341,7 @@ def _deepspeed_sequence_parallel(s: Settings, ds_on: bool, world: int, diags: Di
     return sp
 
 
-def _loop_under_deepspeed(s: Settings, ds_on: bool, explicit: set[str], diags: Diagnostics) -> None:
+def _loop_under_deepspeed(s: Settings, ds_on: bool, explicit: AbstractSet[str], diags: Diagnostics) -> None:
     """Loop choices DeepSpeed's engine does not run: value clipping (it clips the global norm,
     `gradient_clipping`) and a packaged optimizer ZeRO refuses as untested."""
     t = s.training

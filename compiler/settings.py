@@ -33,7 +33,8 @@ from .sections import (
 
 __all__ = ["AccelerateSettings", "CheckpointSettings", "ClusterSettings", "ContextParallelSettings", "DataSettings",
            "DeepspeedSettings", "FsdpSettings", "HardwareSettings", "LoggingSettings", "ModelSettings", "OutputSettings",
-           "Settings", "TrainingSettings"]
+           "Settings", "TrainingSettings",
+           "global_batch"]
 
 
 @dataclass
@@ -63,3 +64,9 @@ class Settings:
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return asdict(self)
+
+
+def global_batch(micro_batch_size: int, gradient_accumulation_steps: int, data_parallel_size: int) -> int:
+    """The samples one optimizer step sees, the one formula (the plan, DeepSpeed's
+    train_batch_size, the wizard): micro batch x accumulation steps x data-parallel ranks."""
+    return micro_batch_size * gradient_accumulation_steps * data_parallel_size

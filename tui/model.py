@@ -4,23 +4,41 @@ Plain Python, no Textual import (tests exercise it directly; the widgets only re
 The steps and fields themselves (from the schema) are in `layout.py`.
 Everything the wizard says about validity comes from the compiler: every edit writes the
 tomlkit document and re-runs `compile_text` on its text, exactly as `tuner compile` would
-read the saved file.
+read the saved file. The field values are that compile's normalised settings: one
+normalise per edit.
 """
 
 from __future__ import annotations
 
+import copy
 import json
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from tuner.compiler import CompileResult, compile_text
 from tuner.compiler.diagnostics import Diagnostic, Diagnostics
-from tuner.compiler.normalise import normalise
 from tuner.compiler.schema import index
+from tuner.compiler.settings import global_batch as batch_of
 from tuner.compiler.strategy import Strategy
 
 from .document import SettingsDocument
+from .layout import (  # noqa: F401  (re-exported: the widgets import them from here)
+    BUILDER_KEYS,
+    MERGED,
+    STEP_IDS,
+    STEPS,
+    STRATEGIES,
+    STRATEGY_KEYS,
+    Step,
+    advanced_keys,
+    canonical_key,
+    key_info,
+    label,
+    parse_input,
+    render_value,
+    section_step,
+    step_of,
+)
 
 #: What a new settings file starts with: FSDP2 is the default for full-model runs (the
 #: seed's WebUI default). Written explicitly, so the file says what the compiler will do.
@@ -39,11 +57,6 @@ num_processes = 1
 enabled = true
 """
 
-from .layout import (  # noqa: F401  (re-exported: the widgets import them from here)
-    BUILDER_KEYS, MERGED, STEP_IDS, STEPS, STRATEGIES, STRATEGY_KEYS, Step, advanced_keys, canonical_key, key_info,
-    label, parse_input, render_value, section_step, step_of,
-)
-
 
 def fsdp_version(choice: str) -> int | None:
     """The FSDP version a wizard strategy choice (ddp, fsdp1, fsdp2, deepspeed) names, else None."""
@@ -61,12 +74,12 @@ class WizardState:
         self.hardware = hardware
         """HardwareFacts from tuner doctor once detected (None until then)."""
         self.values: dict[str, Any] = {}
-        self.result: CompileResult = compile_text("")
+        self.result: CompileResult = CompileResult(Diagnostics())  # until validate() compiles the text
         self.saved_text = text
         self.validate()
 
     @classmethod
-    def open(cls, path: Path) -> "WizardState":
+    def open(cls, path: Path) -> WizardState:
         path = Path(path)
         text = path.read_text(encoding="utf-8") if path.exists() else None
         return cls(path, text)
@@ -75,19 +88,20 @@ class WizardState:
 
     def validate(self) -> CompileResult:
         """Re-run the compiler on the in-memory text (what saving would write)."""
-        text = self.document.text()
-        self.result = compile_text(text, path=self.path)
-        self.values = self._normalised(text)
+        self.result = compile_text(self.document.text(), path=self.path)
+        self.values = self._normalised(self.result)
         return self.result
 
-    def _normalised(self, text: str) -> dict[str, Any]:
+    @staticmethod
+    def _normalised(result: CompileResult) -> dict[str, Any]:
+        """Every key's value as the compile normalised it (the defaults when the text does not parse)."""
         idx = index()
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError:
-            data = {}
-        n = normalise(data, Diagnostics(), (), self.path.parent)
-        return {k: n.settings[info.section][info.name] for k, info in idx.keys.items()}
+        n = result.normalised
+        if n is None:
+            defaults = idx.defaults()
+            return {k: defaults[info.section][info.name] for k, info in idx.keys.items()}
+        # copies: a widget that edits a list in place must not edit the compile's settings
+        return {k: copy.deepcopy(n.settings[info.section][info.name]) for k, info in idx.keys.items()}
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
@@ -248,7 +262,8 @@ class WizardState:
         v = self.values
         plan = self.result.plan
         dp = plan.data_parallel_size if plan else v["hardware.num_processes"]
-        total = plan.global_batch_size if plan else v["training.micro_batch_size"] * v["training.gradient_accumulation_steps"] * dp
+        total = plan.global_batch_size if plan else batch_of(v["training.micro_batch_size"],
+                                                             v["training.gradient_accumulation_steps"], dp)
         formula = (f"{v['training.micro_batch_size']} micro × {v['training.gradient_accumulation_steps']} accumulation"
                    f" × {dp} data-parallel ranks")
         return total, formula

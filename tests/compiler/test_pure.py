@@ -4,7 +4,8 @@
   (relative model, NVMe, DeepSpeed JSON and base YAML paths start at the settings file);
 * `compile_inputs` does no I/O: run in a subprocess under an audit hook and with the file
   system, environment and hostname calls patched to record (and raise), it records nothing,
-  while the same instrumentation records the reads of `gather`;
+  while the same instrumentation records the reads of `gather`; a wizard edit (which
+  re-compiles the text) reads only inside its gather stage;
 * a library caller states the target machine (`facts=`) and gets that machine's artefacts;
 * `tuner estimate` and the wizard show the estimate the compile computed.
 """
@@ -93,15 +94,20 @@ AUDIT = textwrap.dedent('''
 
     compile_text('[model]\\npath = "builtin:tiny-llama"\\n')  # package data (schema, rules) loaded once
 
-    seen, mode = [], {"armed": False, "raise": False}
+    seen, in_gather, mode = [], [], {"armed": False, "raise": False, "gathering": 0}
 
     class Forbidden(RuntimeError):
         pass
 
+    def record(item):  # what the gather stage does is its business; everything else is recorded
+        (in_gather if mode["gathering"] else seen).append(item)
+        if mode["raise"] and not mode["gathering"]:
+            raise Forbidden(item)
+
     def hook(event, args):
         if mode["armed"] and event in ("open", "import", "os.listdir", "os.scandir", "os.chdir",
                                        "socket.gethostname", "subprocess.Popen", "os.system", "os.putenv"):
-            seen.append(event + " " + repr(args[:1])[:120])
+            (in_gather if mode["gathering"] else seen).append(event + " " + repr(args[:1])[:120])
 
     sys.addaudithook(hook)
 
@@ -109,9 +115,7 @@ AUDIT = textwrap.dedent('''
         real = getattr(owner, name)
         def wrapper(*a, **k):
             if mode["armed"]:
-                seen.append(f"{name} {a[:1]!r}"[:120])
-                if mode["raise"]:
-                    raise Forbidden(name)
+                record(f"{name} {a[:1]!r}"[:120])
             return real(*a, **k)
         setattr(owner, name, wrapper)
 
@@ -122,12 +126,10 @@ AUDIT = textwrap.dedent('''
 
     class Env(Mapping):  # os.environ while armed: every read is recorded
         def __getitem__(self, key):
-            seen.append(f"environ {key!r}")
-            if mode["raise"]:
-                raise Forbidden("environ")
+            record(f"environ {key!r}")
             return real_env[key]
         def __iter__(self):
-            seen.append("environ iter")
+            record("environ iter")
             return iter(real_env)
         def __len__(self):
             return len(real_env)
@@ -147,10 +149,33 @@ AUDIT = textwrap.dedent('''
         result = compile_inputs(inputs)
     finally:
         mode["armed"], os.environ = False, real_env
-    print(json.dumps({"gathered": gathered, "compile": seen, "ok": result.ok, "files": sorted(result.files),
+    compiled = list(seen)
+
+    # The wizard's edit path: an edit re-compiles the text; only its gather stage may read.
+    from tuner.tui.model import WizardState
+
+    real_gather = C.gather
+    def gathering(*a, **k):
+        mode["gathering"] += 1
+        try:
+            return real_gather(*a, **k)
+        finally:
+            mode["gathering"] -= 1
+    C.gather = gathering  # compile_source's gather
+    state = WizardState(Path(sys.argv[1]), Path(sys.argv[1]).read_text())
+    state.set("training.micro_batch_size", 3)  # the first edit imports what editing needs
+    seen[:], in_gather[:] = [], []
+    os.environ, mode["armed"], mode["raise"] = Env(), True, True
+    try:
+        state.set("training.micro_batch_size", 2)
+    finally:
+        mode["armed"], mode["raise"], os.environ = False, False, real_env
+    print(json.dumps({"gathered": gathered, "compile": compiled, "ok": result.ok, "files": sorted(result.files),
                       "same": result.files == plain.files and
                               [d.format() for d in result.diagnostics.items] ==
-                              [d.format() for d in plain.diagnostics.items]}))
+                              [d.format() for d in plain.diagnostics.items],
+                      "edit": seen, "edit_gathered": in_gather, "edit_ok": state.result.ok,
+                      "edited": state.value("training.micro_batch_size")}))
 ''')
 
 
@@ -167,6 +192,9 @@ def test_compile_inputs_does_no_io(tmp_path):
     # ... and none in the compile, which still produced every artefact.
     assert report["compile"] == []
     assert report["ok"] and "deepspeed.json" in report["files"] and report["same"]
+    # The wizard's edit path reads only in its gather stage (which does read the DeepSpeed JSON).
+    assert report["edit"] == [] and report["edit_ok"] and report["edited"] == 2
+    assert any(e.startswith("open") and "ds.json" in e for e in report["edit_gathered"]), report["edit_gathered"]
 
 
 def test_stated_hardware_facts_give_that_machines_artefacts(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ from tests.services.conftest import LLAMA2_7B, write_model
 
 from tuner.compiler import compile_file, compile_text, model_facts
 from tuner.compiler.estimate import COMPARED, GIB, ModelSize, estimate, render_for_text
+from tuner.compiler.inputs import find_model
 
 P = 1000
 
@@ -169,7 +170,8 @@ def test_nvme_free_space_check_uses_the_estimate(tmp_path):
                     '[deepspeed]\nenabled = true\nzero_stage = 3\noffload_param = "nvme"\noffload_optimizer = "nvme"\n'
                     f'nvme_path = "{tmp_path / "swap"}"\n[training]\nmixed_precision = "bf16"\n')
     result = compile_file(path)
-    assert model_facts.nvme_bytes(result.settings, result.plan) > 10**12 * 5
+    found = find_model(str(model), "causal_lm", "", None)
+    assert model_facts.nvme_bytes(result.settings, result.plan, found) > 10**12 * 5
     msg = [d.message for d in result.diagnostics.errors if d.key == "deepspeed.nvme_path"]
     assert msg and "the offloaded state needs about" in msg[0]
 

@@ -108,6 +108,7 @@ def test_unet_activations_follow_the_resolution():
 
 def test_detected_flux_keeps_its_single_stream_blocks(tmp_path):
     from tuner.compiler.estimate_model import model_size
+    from tuner.compiler.inputs import find_model
     from tuner.runtime.blocks import detect
 
     tiny = {"_class_name": "FluxTransformer2DModel", "patch_size": 1, "in_channels": 16, "num_layers": 1,
@@ -117,7 +118,7 @@ def test_detected_flux_keeps_its_single_stream_blocks(tmp_path):
     detect(str(folder), family="diffusion")
     r = compiled(f'[model]\npath = "{folder}"\nfamily = "diffusion"\nflavour = "transformer"\n'
                  '[hardware]\nplatform = "cpu"\nnum_processes = 1\n[data]\nresolution = 256\n')
-    m, _ = model_size(r.settings)
+    m, _ = model_size(r.settings, find_model(str(folder), "diffusion", "transformer", None))
     assert m.source == "detection" and m.kind == "dit"
     assert m.config["num_single_layers"] == 2 and m.config["_class_name"] == "FluxTransformer2DModel"
     act = estimate(r.settings, r.plan).chosen.device.activations

@@ -112,3 +112,19 @@ def test_revalidation_is_fast(tmp_path):
         state.set("training.micro_batch_size", 2 + i)
         times.append(time.perf_counter() - start)
     assert sorted(times)[len(times) // 2] < 0.050  # the issue's target (median; CI machines are noisy)
+
+
+def test_one_edit_normalises_once(tmp_path):
+    """Each edit compiles the text once, and that compile's normalised settings are the
+    fields' values: one normalise per edit (not one for gather, one for the compile and one
+    for the fields)."""
+    from tests.compiler.stage_trace import trace
+
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2}}')
+    path = tmp_path / "settings.toml"
+    state = WizardState(path, '[model]\npath = "builtin:tiny-llama"\n[deepspeed]\nconfig = "ds.json"\n')
+    assert state.value("deepspeed.config") == {"zero_optimization": {"stage": 2}}
+    changed, t = trace(lambda: state.set("training.micro_batch_size", 3))
+    assert changed and state.value("training.micro_batch_size") == 3
+    assert t.calls["normalise.normalise"] == 1, t.calls.get("normalise.normalise")
+    assert state.result.plan.strategy == "zero2" and state.value("deepspeed.enabled") is False

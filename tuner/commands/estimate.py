@@ -40,7 +40,8 @@ def _facts(settings):
 
     total, available = hardware.host_memory_bytes()
     # This machine's RAM says something only when this machine is the target.
-    if settings.hardware.num_machines == 1 and total and detect_platform() == settings.hardware.platform:
+    if (settings.hardware.num_machines == 1 and total
+            and detect_platform(hardware.local_facts()) == settings.hardware.platform):
         return hardware.HardwareFacts(platform=settings.hardware.platform, host_memory_bytes=total,
                                       host_available_bytes=available, source="this machine")
     return None
