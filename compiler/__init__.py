@@ -33,7 +33,6 @@ from .normalise import Normalised, normalise
 from .rules import Plan, check
 from .settings import Settings
 from .source import Source, SourceError, parse_settings_text, read_settings
-from .strategy import Strategy
 
 __all__ = [
     "CompileResult", "compile_file", "compile_text", "compile_source", "compile_inputs", "gather",

@@ -340,7 +340,7 @@ def _after_ds_step(run, engine) -> None:
 
 def _process_start() -> float | None:
     try:
-        import psutil  # type: ignore[import-untyped]  # accelerate's dependency
+        import psutil  # accelerate's dependency
 
         return float(psutil.Process().create_time())
     except Exception:  # noqa: BLE001 - the timing is a nicety
