@@ -284,6 +284,8 @@ class WizardState:
             if key == "deepspeed.nvme_path":
                 return "nvme" in (v["deepspeed.offload_param"], v["deepspeed.offload_optimizer"]) or written
             return True
+        if key.startswith("context_parallel.sp_"):
+            return strategy == "deepspeed" or written  # Ulysses runs under DeepSpeed only
         if key.startswith("context_parallel."):
             # The seed's UI shows context parallelism on CUDA hosts only.
             return (self.platform == "cuda" and strategy == "fsdp2") or written
