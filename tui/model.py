@@ -20,6 +20,7 @@ from tuner.compiler.normalise import normalise
 from tuner.compiler.schema import index
 
 from .document import SettingsDocument
+from .layout import MERGED, STEP_IDS, STEPS, STRATEGY_KEYS, advanced_keys, canonical_key, key_info, step_of
 
 #: What a new settings file starts with: FSDP2 is the default for full-model runs (the
 #: seed's WebUI default). Written explicitly, so the file says what the compiler will do.
@@ -38,11 +39,6 @@ num_processes = 1
 enabled = true
 """
 
-from .layout import (  # noqa: F401  (re-exported: the widgets import them from here)
-    BUILDER_KEYS, MERGED, STEP_IDS, STEPS, STRATEGIES, STRATEGY_KEYS, Step, advanced_keys, canonical_key, key_info,
-    label, parse_input, render_value, section_step, step_of,
-)
-
 
 class WizardState:
     """The document being edited, its last compile, and where the person is."""
@@ -60,7 +56,7 @@ class WizardState:
         self.validate()
 
     @classmethod
-    def open(cls, path: Path) -> "WizardState":
+    def open(cls, path: Path) -> WizardState:
         path = Path(path)
         text = path.read_text(encoding="utf-8") if path.exists() else None
         return cls(path, text)
@@ -242,7 +238,8 @@ class WizardState:
         v = self.values
         plan = self.result.plan
         dp = plan.data_parallel_size if plan else v["hardware.num_processes"]
-        total = plan.global_batch_size if plan else v["training.micro_batch_size"] * v["training.gradient_accumulation_steps"] * dp
+        total = (plan.global_batch_size if plan
+                 else v["training.micro_batch_size"] * v["training.gradient_accumulation_steps"] * dp)
         formula = (f"{v['training.micro_batch_size']} micro × {v['training.gradient_accumulation_steps']} accumulation"
                    f" × {dp} data-parallel ranks")
         return total, formula

@@ -16,7 +16,8 @@ from tuner.compiler import compile_file, compile_text
 from tuner.compiler.diagnostics import EXIT_INTERNAL
 from tuner.tui.help import HelpScreen
 from tuner.tui.keys import KEYS
-from tuner.tui.model import STEP_IDS, WizardState
+from tuner.tui.layout import STEP_IDS
+from tuner.tui.model import WizardState
 from tuner.tui.review import ReviewPane
 from tuner.tui.services import estimate_table
 

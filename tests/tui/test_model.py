@@ -8,7 +8,8 @@ import pytest
 
 from tuner.compiler.schema import index
 from tuner.tui.document import SettingsDocument
-from tuner.tui.model import (STEP_IDS, STEPS, SaveRefused, WizardState, canonical_key, label, parse_input, step_of)
+from tuner.tui.layout import STEP_IDS, STEPS, canonical_key, label, parse_input, step_of
+from tuner.tui.model import SaveRefused, WizardState
 
 
 def test_every_step_key_is_a_schema_key_with_a_description():
