@@ -133,8 +133,8 @@ class KeyQueue:
         except Exception:  # noqa: BLE001 - no screen (closing)
             return
         if screen.is_current and screen.size.area:
-            for widget in screen.walk_children(Widget):
-                if widget._layout_required:  # a request its own idle has not passed up yet
+            for widget in screen.walk_children():
+                if isinstance(widget, Widget) and widget._layout_required:  # a request its own idle has not passed up yet
                     widget._check_refresh()  # (an Advanced part just opened): its ancestors re-arrange
             screen._refresh_layout()
 
