@@ -172,7 +172,8 @@ EDIT = [
 
 def edit_burst() -> tuple[list[str], dict]:
     """The keys of the 16-value edit, the Tabs counted from each step's visible fields."""
-    from tuner.tui.model import STEP_IDS, STEPS, WizardState
+    from tuner.tui.layout import STEP_IDS, STEPS
+    from tuner.tui.model import WizardState
 
     state = WizardState(Path("settings.toml"))
     keys: list[str] = []

@@ -1,10 +1,12 @@
 """The wizard's commands behind its keys: saving (settings, draft, save+compile), the tool
-screens (DeepSpeed builder, blocks, maintenance, quick start, help) and quitting.
+screens (DeepSpeed builder, blocks, maintenance, quick start, help), removing the other
+strategies' keys, using the detected hardware, and quitting.
 
-A mixin of `WizardApp` (tui/app.py), which holds the state, the screen and the step
-navigation these commands use (`state`, `services`, `apply`, `_after_edit`, `_show_step`,
-`_focus_first`, `_outside_modals`). Textual finds `action_*` methods on any base class, so
-the bindings in `WizardApp.BINDINGS` reach them unchanged.
+`Commands` is a component of `WizardApp` (tui/app.py), as `KeyQueue` and `Leaving` are. It
+holds what only the commands need (the quit confirmation) and reaches the app only through
+`Host`, the Protocol naming what it uses: the state, the services, notifications, screens,
+and the app's edit and step navigation. The app's `action_*` methods, which its bindings
+name, call it; a type checker sees both sides.
 """
 
 from __future__ import annotations
@@ -12,123 +14,156 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from textual.widgets import Static
+from textual.notifications import SeverityLevel
+from textual.screen import Screen
 
 from .facts import display_path, hardware_suggestions
-from .model import SaveRefused
+from .model import SaveRefused, WizardState
+from .services import Services
 
 
-class WizardActions:
-    """Saving, tool screens and quitting, for `WizardApp` (see the module docstring)."""
+class Host(Protocol):
+    """What the commands use of the wizard app."""
 
-    def _saved(self, what: str) -> None:
-        self._refresh_chrome()
-        self.query_one("#status", Static).update(what)
-        self.notify(what, title="Saved")
+    state: WizardState
+    services: Services
+    last_validation_s: float
+
+    @property
+    def screen(self) -> Screen[object]: ...
+
+    def notify(self, message: str, *, title: str = ..., severity: SeverityLevel = ...) -> None: ...
+
+    def push_screen(self, screen: Screen[Any], callback: Callable[[Any], Any] | None = ...) -> object: ...
+
+    def exit(self, result: int | None = ...) -> None: ...
+
+    def apply(self, key: str, value: Any) -> None: ...
+
+    def after_edit(self, reload_values: bool = ...) -> None: ...
+
+    async def show_step(self, step_id: str) -> None: ...
+
+    def focus_first(self) -> None: ...
+
+    def outside_modals(self) -> None: ...
+
+    def announce(self, what: str, title: str) -> None: ...
+
+
+class Commands:
+    """Saving, tool screens and quitting, for one `Host` (see the module docstring)."""
+
+    def __init__(self, app: Host) -> None:
+        self.app = app
+        self.quit_armed_at: str | None = None
+        """The document text when ctrl+q was first pressed: a second ctrl+q quits only if unchanged."""
 
     def _attempt(self, save: Callable[[], Path], refused: tuple[type[Exception], ...]) -> Path | None:
         """Run one of the state's saves; a refusal is a notification, not a crash (None)."""
-        self._outside_modals()
+        self.app.outside_modals()
         try:
             return save()
         except refused as exc:
-            self.notify(f"Not saved: {exc}", severity="error")
+            self.app.notify(f"Not saved: {exc}", severity="error")
             return None
 
-    def action_save(self) -> None:
-        path = self._attempt(self.state.save, (SaveRefused, OSError))
+    def save(self) -> None:
+        path = self._attempt(self.app.state.save, (SaveRefused, OSError))
         if path is not None:
-            self._saved(f"saved {display_path(path)}")
+            self.app.announce(f"saved {display_path(path)}", "Saved")
 
-    def action_save_draft(self) -> None:
-        path = self._attempt(self.state.save_draft, (OSError,))
+    def save_draft(self) -> None:
+        state = self.app.state
+        path = self._attempt(state.save_draft, (OSError,))
         if path is not None:
-            self._saved(f"saved draft {display_path(path)}"
-                        + (f" ({len(self.state.errors)} error(s))" if self.state.errors else "")
-                        + f"; {display_path(self.state.path)} untouched")
+            self.app.announce(f"saved draft {display_path(path)}"
+                              + (f" ({len(state.errors)} error(s))" if state.errors else "")
+                              + f"; {display_path(state.path)} untouched", "Saved")
 
-    def action_save_compile(self) -> None:
-        out = self._attempt(self.state.save_and_compile, (SaveRefused, OSError))
+    def save_compile(self) -> None:
+        state = self.app.state
+        out = self._attempt(state.save_and_compile, (SaveRefused, OSError))
         if out is not None:
-            self._saved(f"saved {display_path(self.state.path)} and compiled -> {display_path(out)}/")
+            self.app.announce(f"saved {display_path(state.path)} and compiled -> {display_path(out)}/", "Saved")
 
-    def action_builder(self) -> None:
-        self._outside_modals()
+    def builder(self) -> None:
+        self.app.outside_modals()
         from .builder import DeepSpeedBuilder
 
         def done(changed: bool | None) -> None:
-            self._after_edit(reload_values=True)
+            self.app.after_edit(reload_values=True)
 
-        self.push_screen(DeepSpeedBuilder(self.state, self.services.templates), done)
+        self.app.push_screen(DeepSpeedBuilder(self.app.state, self.app.services.templates), done)
 
-    def action_blocks(self) -> None:
-        self._outside_modals()
+    def blocks(self) -> None:
+        self.app.outside_modals()
         from .blocks import BlocksModal
 
         def done(classes: list[str] | None) -> None:
             if classes is not None:
-                self.apply("fsdp.transformer_layer_cls_to_wrap", classes)
-                self._after_edit(reload_values=True)
+                self.app.apply("fsdp.transformer_layer_cls_to_wrap", classes)
+                self.app.after_edit(reload_values=True)
 
-        self.push_screen(BlocksModal(self.state, self.services.blocks), done)
+        self.app.push_screen(BlocksModal(self.app.state, self.app.services.blocks), done)
 
-    def action_maintenance(self) -> None:
-        self._outside_modals()
+    def maintenance(self) -> None:
+        self.app.outside_modals()
         from .maintenance import MaintenanceScreen
 
-        self.push_screen(MaintenanceScreen(self.state, self.services))
+        self.app.push_screen(MaintenanceScreen(self.app.state, self.app.services))
 
-    def action_use_detected(self) -> None:
-        self._outside_modals()
-        edits = hardware_suggestions(self.state.hardware)
+    def use_detected(self) -> None:
+        self.app.outside_modals()
+        edits = hardware_suggestions(self.app.state.hardware)
         if not edits:
-            self.notify("No detected hardware to use (yet).", severity="warning")
+            self.app.notify("No detected hardware to use (yet).", severity="warning")
             return
         start = time.perf_counter()
-        self.state.set_many(edits)
-        self.last_validation_s = time.perf_counter() - start
-        self._after_edit(reload_values=True)
-        self.notify(", ".join(f"{k} = {v}" for k, v in edits.items()), title="Detected values applied")
+        self.app.state.set_many(edits)
+        self.app.last_validation_s = time.perf_counter() - start
+        self.app.after_edit(reload_values=True)
+        self.app.notify(", ".join(f"{k} = {v}" for k, v in edits.items()), title="Detected values applied")
 
-    def action_quit_wizard(self) -> None:
-        text = self.state.document.text()
-        if self.state.dirty and self._quit_armed_at != text:
+    def quit(self) -> None:
+        state = self.app.state
+        text = state.document.text()
+        if state.dirty and self.quit_armed_at != text:
             # Armed for exactly this text: an edit after the first ctrl+q asks again.
-            self._quit_armed_at = text
-            self.notify("Unsaved changes: ctrl+s saves; press ctrl+q again to quit without saving.",
-                        severity="warning")
+            self.quit_armed_at = text
+            self.app.notify("Unsaved changes: ctrl+s saves; press ctrl+q again to quit without saving.",
+                            severity="warning")
             return
-        self.exit(0)
+        self.app.exit(0)
 
-    def action_help(self) -> None:
+    def help(self) -> None:
         from .help import HelpScreen
 
-        if isinstance(self.screen, HelpScreen):
-            self.screen.dismiss(None)  # F12 toggles
+        if isinstance(self.app.screen, HelpScreen):
+            self.app.screen.dismiss(None)  # F12 toggles
         else:
-            self.push_screen(HelpScreen())
+            self.app.push_screen(HelpScreen())
 
-    def action_quickstart(self) -> None:
-        self._outside_modals()
+    def quickstart(self) -> None:
+        self.app.outside_modals()
         from .quickstart import QuickStart
 
         async def done(edits: dict[str, Any] | None) -> None:
             if edits:
-                self.state.apply_proposal(edits)
-                self._after_edit(reload_values=True)
-                await self._show_step("review")
-                self._focus_first()
+                self.app.state.apply_proposal(edits)
+                self.app.after_edit(reload_values=True)
+                await self.app.show_step("review")
+                self.app.focus_first()
 
-        self.push_screen(QuickStart(self.state, self.services.proposal), done)
+        self.app.push_screen(QuickStart(self.app.state, self.app.services.proposal), done)
 
-    def action_tidy_strategy(self) -> None:
-        self._outside_modals()
-        removed = self.state.tidy_strategy()
+    def tidy_strategy(self) -> None:
+        self.app.outside_modals()
+        removed = self.app.state.tidy_strategy()
         if not removed:
-            self.notify("Nothing to remove: no keys of other strategies are set.")
+            self.app.notify("Nothing to remove: no keys of other strategies are set.")
             return
-        self._after_edit(reload_values=True)
-        self.notify("Removed: " + ", ".join(removed), title="Other strategies' keys")
-
+        self.app.after_edit(reload_values=True)
+        self.app.notify("Removed: " + ", ".join(removed), title="Other strategies' keys")

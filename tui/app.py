@@ -4,7 +4,8 @@ The app takes everything from its constructor (the `WizardState` and the `Servic
 tests build it directly with fakes. Hardware detection imports torch, so it runs in a
 worker thread after the first paint.
 
-The commands behind the keys (saving, the tool screens, quitting) are in `tui/actions.py`.
+The commands behind the keys (saving, the tool screens, quitting) are `tui/actions.py`'s
+`Commands`, a component the `action_*` methods below call.
 
 Keys: `tui/keys.py` holds the table (the help screen and `tuner wizard --help` show it).
 Every key acts on the screen and field the keys before it produced: `keyqueue.KeyQueue`
@@ -27,27 +28,23 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Collapsible, ContentSwitcher, Input, Static
-
+from textual.widgets import Button, Collapsible, ContentSwitcher, Static
 from tuner.compiler.files import write_atomic
 
-from .actions import WizardActions
+from .actions import Commands
 from .facts import display_path
-from .fields import FieldRow
+from .fields import FieldRow, steady_cursors
 from .keyqueue import KeyQueue, TypedKey
-from .leaving import Leaving
 from .layout import STEP_IDS, STEPS, canonical_key, step_of
+from .leaving import Leaving
 from .model import WizardState
 from .review import ReviewPane
 from .services import Services
 from .steps import ActionBar, KeyFooter, StepList, StepPane
-
-#: Below this the layout cannot be drawn sensibly (and narrow widths crash rich's cell
-#: chopping): the screen says so instead of drawing the form.
-MIN_WIDTH, MIN_HEIGHT = 60, 16
+from .too_small import TooSmall
 
 
-class WizardApp(WizardActions, App[int]):
+class WizardApp(App[int]):
     """`tuner` / `tuner wizard`: from hardware to a saved, compiling settings.toml."""
 
     CSS_PATH = "wizard.tcss"
@@ -83,14 +80,13 @@ class WizardApp(WizardActions, App[int]):
         """False in tests: a blinking cursor would make snapshots differ."""
         self.services = services or Services()
         self._detect_hardware = detect_hardware and self.services.hardware is not None
-        self._quit_armed_at: str | None = None
-        """The document text when ctrl+q was first pressed: a second ctrl+q quits only if unchanged."""
         self.recovery_path: Path | None = None
         self.last_validation_s = 0.0
         self.first_paint_at: float | None = None
         self.keys = KeyQueue(self)
         self.leaving = Leaving(self)
-        self._focus_before_small: dict[int, Any] = {}
+        self.commands = Commands(self)
+        self.too_small = TooSmall(self, self.focus_first)
         self.where = ""
         """What has focus, in the status line (a key, "strategy", "Advanced…"): which field a key edits."""
 
@@ -131,37 +127,14 @@ class WizardApp(WizardActions, App[int]):
 
     def on_mount(self) -> None:
         self.leaving.install()  # SIGTERM / SIGHUP / SIGINT end through Textual: the terminal is restored
-        self.steady_cursors(self.screen)
+        steady_cursors(self.screen)
         self.watch(self.screen, "focused", self._show_where)
-        self._refresh_chrome()
-        self._focus_first()  # now, so that keys typed before the first paint land in a field
+        self.refresh_chrome()
+        self.focus_first()  # now, so that keys typed before the first paint land in a field
         self.call_after_refresh(self._painted)
 
-    def on_resize(self, event) -> None:
-        small = event.size.width < MIN_WIDTH or event.size.height < MIN_HEIGHT
-        for screen in self.screen_stack:
-            if small and screen.focused is not None:
-                self._focus_before_small[id(screen)] = screen.focused  # hiding the form drops focus
-            screen.set_class(small, "-too-small")
-        if not small:
-            self.call_after_refresh(self._refocus)
-        self.screen_stack[0].query_one("#too-small", Static).update(  # the main screen's, under any modal
-            f"Terminal {event.size.width}×{event.size.height} is too small: enlarge it to at least "
-            f"{MIN_WIDTH}×{MIN_HEIGHT}. Nothing is lost (ctrl+q quits).")
-
-    def _refocus(self) -> None:
-        """After "too small": the field that had focus has it again (else the step's first),
-        so that typed keys land in a field instead of vanishing."""
-        for screen in self.screen_stack:
-            before = self._focus_before_small.pop(id(screen), None)
-            if screen.focused is not None:
-                continue
-            if before is not None and before.is_attached and before.focusable:
-                screen.set_focus(before, scroll_visible=False)
-            elif screen is self.screen_stack[0]:
-                self._focus_first()
-            elif screen.focus_chain:
-                screen.set_focus(screen.focus_chain[0], scroll_visible=False)
+    def on_resize(self, event: events.Resize) -> None:
+        self.too_small.resized(event.size.width, event.size.height)
 
     def action_interrupt(self) -> None:
         self.leaving.interrupt("ctrl+c")
@@ -185,21 +158,19 @@ class WizardApp(WizardActions, App[int]):
         self.recovery_path = path
         return path
 
-    def steady_cursors(self, screen) -> None:
-        if not self.cursor_blink:
-            for widget in screen.query(Input):
-                widget.cursor_blink = False
-
     def _painted(self) -> None:
         self.first_paint_at = time.perf_counter()
         if self.screen_stack[0].focused is None:
-            self._focus_first()
+            self.focus_first()
         if self._detect_hardware:
             self.run_worker(self._collect_hardware, thread=True, exclusive=True, group="hardware")
 
     def _collect_hardware(self) -> None:
+        detect = self.services.hardware
+        if detect is None:
+            return
         try:
-            facts: Any = self.services.hardware()
+            facts: Any = detect()
         except Exception as exc:  # shown on the Hardware step, never a crash
             facts = exc
         self.call_from_thread(self._hardware_ready, facts)
@@ -227,9 +198,9 @@ class WizardApp(WizardActions, App[int]):
             self.where = f"{widget.parent.title} (Enter {'opens' if widget.parent.collapsed else 'closes'})"
         else:
             self.where = ""
-        self._refresh_chrome()
+        self.refresh_chrome()
 
-    def _refresh_chrome(self) -> None:
+    def refresh_chrome(self) -> None:
         state = self.state
         dirty = " [b]●[/b] unsaved" if state.dirty else ""
         self.query_one("#topbar", Static).update(f"[b]tuner[/b] wizard · {display_path(state.path)}{dirty}")
@@ -242,13 +213,13 @@ class WizardApp(WizardActions, App[int]):
         self.query_one("#back", Button).disabled = state.step == 0
         self.query_one("#next", Button).disabled = state.step == len(STEPS) - 1
 
-    def _after_edit(self, reload_values: bool = False) -> None:
+    def after_edit(self, reload_values: bool = False) -> None:
         for pane in self.query(StepPane):
             pane.sync(reload_values)
         if STEP_IDS[self.state.step] == "review":
             for review in self.query(ReviewPane):
                 review.sync()
-        self._refresh_chrome()
+        self.refresh_chrome()
 
     def apply(self, key: str, value: Any) -> None:
         """Set one canonical key and re-validate (the path every edit takes)."""
@@ -256,7 +227,7 @@ class WizardApp(WizardActions, App[int]):
         changed = self.state.set(key, value)
         self.last_validation_s = time.perf_counter() - start
         if changed:
-            self._after_edit()
+            self.after_edit()
 
     def on_field_row_changed(self, event: FieldRow.Changed) -> None:
         self.apply(event.key, event.value)
@@ -266,7 +237,7 @@ class WizardApp(WizardActions, App[int]):
         carried = self.state.values["fsdp.activation_checkpointing"]
         if self.state.set_strategy(event.strategy):
             self.last_validation_s = time.perf_counter() - start
-            self._after_edit()
+            self.after_edit()
             strays = self.state.stray_strategy_keys()
             if strays:
                 self.notify(f"Kept in the file, unused now: {', '.join(strays)}. ctrl+t removes them.",
@@ -280,7 +251,7 @@ class WizardApp(WizardActions, App[int]):
 
     async def jump_to(self, key: str) -> None:
         step_id = step_of(key)
-        await self._show_step(step_id)
+        await self.show_step(step_id)
         canonical = canonical_key(key)
         pane = self.query_one(f"#step-{step_id}")
         if isinstance(pane, StepPane) and canonical:
@@ -296,30 +267,30 @@ class WizardApp(WizardActions, App[int]):
         if key:
             self.notify(f"{key}: not a field on this step; edit it in the file or the DeepSpeed builder (F7)")
 
-    async def _show_step(self, step_id: str) -> None:
+    async def show_step(self, step_id: str) -> None:
         self.state.goto(step_id)
         switcher = self.query_one("#switcher", ContentSwitcher)
         if not switcher.query_children(f"#step-{step_id}"):
             await switcher.mount(self._make_pane(step_id))
-            self.steady_cursors(self.screen)
+            steady_cursors(self.screen)
         elif step_id == "review":
             self.query_one(ReviewPane).sync()
         switcher.current = f"step-{step_id}"
-        self._refresh_chrome()
+        self.refresh_chrome()
 
     # -- actions ----------------------------------------------------------------------
 
-    def _outside_modals(self) -> None:
+    def outside_modals(self) -> None:
         """The wizard's keys belong to the main screen; in a modal they fall through to it."""
         if isinstance(self.screen, ModalScreen):
             raise SkipAction()
 
     async def action_goto(self, step_id: str) -> None:
-        self._outside_modals()
-        await self._show_step(step_id)
-        self._focus_first()
+        self.outside_modals()
+        await self.show_step(step_id)
+        self.focus_first()
 
-    def _focus_first(self) -> None:
+    def focus_first(self) -> None:
         pane = self.query_one("#switcher", ContentSwitcher).visible_content
         if pane is None:
             return
@@ -331,19 +302,60 @@ class WizardApp(WizardActions, App[int]):
                 return
 
     async def action_next(self) -> None:
-        self._outside_modals()
+        self.outside_modals()
         ok, why = self.state.advance()
         if not ok:
             self.notify(why, severity="warning")
             return
-        await self._show_step(STEP_IDS[self.state.step])
-        self._focus_first()
+        await self.show_step(STEP_IDS[self.state.step])
+        self.focus_first()
 
     async def action_back(self) -> None:
-        self._outside_modals()
+        self.outside_modals()
         if self.state.back():
-            await self._show_step(STEP_IDS[self.state.step])
-            self._focus_first()
+            await self.show_step(STEP_IDS[self.state.step])
+            self.focus_first()
+
+    # -- the commands behind the keys: tui/actions.py --------------------------------
+
+    def announce(self, what: str, title: str) -> None:
+        """Say `what` on the status line (until the next focus change or edit) and in a notification."""
+        self.refresh_chrome()
+        self.query_one("#status", Static).update(what)
+        self.notify(what, title=title)
+
+    def action_save(self) -> None:
+        self.commands.save()
+
+    def action_save_draft(self) -> None:
+        self.commands.save_draft()
+
+    def action_save_compile(self) -> None:
+        self.commands.save_compile()
+
+    def action_tidy_strategy(self) -> None:
+        self.commands.tidy_strategy()
+
+    def action_use_detected(self) -> None:
+        self.commands.use_detected()
+
+    def action_quit_wizard(self) -> None:
+        self.commands.quit()
+
+    def action_builder(self) -> None:
+        self.commands.builder()
+
+    def action_blocks(self) -> None:
+        self.commands.blocks()
+
+    def action_maintenance(self) -> None:
+        self.commands.maintenance()
+
+    def action_quickstart(self) -> None:
+        self.commands.quickstart()
+
+    def action_help(self) -> None:
+        self.commands.help()
 
     async def on_button_pressed(self, event: Button.Pressed) -> None:
         actions = {"next": self.action_next, "back": self.action_back, "save": self.action_save,

@@ -9,7 +9,8 @@ the detection service is not installed the modal says so; it never invents class
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rich.text import Text
 from textual import work
@@ -18,9 +19,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Label, Static
-
 from tuner.compiler.block_cache import human_count
 
+from .fields import steady_cursors
 from .model import WizardState
 from .services import ServiceUnavailable
 
@@ -49,7 +50,7 @@ class BlocksModal(ModalScreen[list[str] | None]):
 
     BINDINGS = [
         Binding("escape", "cancel", "Cancel"),
-        Binding("space", "toggle", "Select", show=True),
+        Binding("space", "toggle_row", "Select", show=True),
         Binding("ctrl+o", "apply", "Apply selection", priority=True),
         Binding("f5", "refresh", "Refresh detection", priority=True),
     ]
@@ -70,7 +71,7 @@ class BlocksModal(ModalScreen[list[str] | None]):
                          + (f" · flavour {v['model.flavour']}" if v["model.flavour"] else ""), markup=False)
             yield Static("detecting…", id="blocks-status", markup=False)
             yield Static("", id="blocks-badges")
-            table = DataTable(id="blocks-table", cursor_type="row", zebra_stripes=True)
+            table: DataTable[Text] = DataTable(id="blocks-table", cursor_type="row", zebra_stripes=True)
             table.add_columns("Select", "Class", "Total params", "Occurrences", "Sample path")
             yield table
             with Horizontal(classes="modal-actions"):
@@ -79,7 +80,7 @@ class BlocksModal(ModalScreen[list[str] | None]):
                 yield Button("Cancel (esc)", id="blocks-cancel", compact=True)
 
     def on_mount(self) -> None:
-        self.app.steady_cursors(self)
+        steady_cursors(self)
         self.run_detection(refresh=False)
 
     @work(thread=True, exclusive=True, group="blocks")
@@ -123,7 +124,7 @@ class BlocksModal(ModalScreen[list[str] | None]):
         # A Text, not a str: DataTable reads strings as markup, and "[x]" is a (empty) tag.
         return Text("[x]" if name in self.selected else "[ ]")
 
-    def action_toggle(self) -> None:
+    def action_toggle_row(self) -> None:
         table = self.query_one("#blocks-table", DataTable)
         if not self.names or table.cursor_row is None:
             return
@@ -133,7 +134,7 @@ class BlocksModal(ModalScreen[list[str] | None]):
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
-        self.action_toggle()
+        self.action_toggle_row()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()

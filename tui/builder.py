@@ -15,7 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
 from .document import SettingsDocument
-from .fields import FieldRow
+from .fields import FieldRow, steady_cursors
 from .layout import BUILDER_KEYS
 from .model import WizardState
 from .services import Templates
@@ -65,7 +65,7 @@ class DeepSpeedBuilder(ModalScreen[bool]):
         return [(n, n) for n in self.templates.names()]
 
     def on_mount(self) -> None:
-        self.app.steady_cursors(self)
+        steady_cursors(self)
         if self.state.strategy != "deepspeed":
             self.state.set_strategy("deepspeed")
         self.sync(reload_values=True)

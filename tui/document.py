@@ -16,7 +16,6 @@ from typing import Any
 
 import tomlkit
 from tomlkit.items import Table
-
 from tuner.compiler.files import write_atomic
 from tuner.compiler.schema import index
 

@@ -13,8 +13,8 @@ from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
+from textual.screen import Screen
 from textual.widgets import Input, Label, Select, Static, Switch
-
 from tuner.compiler.diagnostics import Diagnostic
 
 from .layout import key_info, label, parse_input, render_value
@@ -37,6 +37,14 @@ class FieldInput(Input):
                 self.replace(lines[0], *self.selection)
 
 
+def steady_cursors(screen: Screen[Any]) -> None:
+    """Stop the cursors of `screen`'s text fields blinking where the app says so (the wizard's
+    `cursor_blink = False`, in tests: a blink would make snapshots differ)."""
+    if getattr(screen.app, "cursor_blink", True) is False:
+        for widget in screen.query(Input):
+            widget.cursor_blink = False
+
+
 def dom_id(key: str) -> str:
     """A widget id for a canonical key (ids may not contain dots)."""
     return key.replace(".", "--")
@@ -48,7 +56,7 @@ class FieldRow(Vertical):
     class Changed(Message):
         """The person changed the value of `key`."""
 
-        def __init__(self, row: "FieldRow", key: str, value: Any) -> None:
+        def __init__(self, row: FieldRow, key: str, value: Any) -> None:
             super().__init__()
             self.row = row
             self.key = key

@@ -9,10 +9,9 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
-
 from tuner.compiler.schema import index
 
-from .fields import FieldInput
+from .fields import FieldInput, steady_cursors
 from .keys import KEYS
 from .layout import STEPS, STRATEGY_KEYS, render_value, step_of
 
@@ -52,7 +51,7 @@ class HelpScreen(ModalScreen[None]):
                 yield Static("", id="help-reference", markup=False)
 
     def on_mount(self) -> None:
-        self.app.steady_cursors(self)  # type: ignore[attr-defined]
+        steady_cursors(self)
         self.set_focus(self.query_one("#help-search", Input), scroll_visible=False)
         self._show("")
 

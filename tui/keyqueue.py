@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from textual import events
 from textual.message import Message
+from textual.widget import Widget
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -133,7 +134,7 @@ class KeyQueue:
             return
         if screen.is_current and screen.size.area:
             for widget in screen.walk_children():
-                if widget._layout_required:  # a request its own idle has not passed up yet
+                if isinstance(widget, Widget) and widget._layout_required:  # a request its own idle has not passed up yet
                     widget._check_refresh()  # (an Advanced part just opened): its ancestors re-arrange
             screen._refresh_layout()
 
@@ -160,5 +161,5 @@ async def _processed(pump) -> None:
     if pump.call_later(finished.set):
         try:
             await asyncio.wait_for(finished.wait(), timeout=5)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass  # a pump that stopped (a closed screen): go on rather than hang the keyboard

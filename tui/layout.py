@@ -15,7 +15,6 @@ from typing import Any
 from tuner.compiler.normalise import coerce
 from tuner.compiler.schema import KeyInfo, SchemaIndex, index
 
-
 #: The composite "strategy" choice on the Sharding step, mapped onto schema keys.
 STRATEGIES: dict[str, str] = {
     "ddp": "DDP (every rank holds the whole model)",

@@ -12,11 +12,12 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
 
 from .model import WizardState
-from .services import ServiceUnavailable, Services
+from .services import Services, ServiceUnavailable
 
 
 def _describe(outcome: Any) -> str:
@@ -77,6 +78,7 @@ class MaintenanceScreen(ModalScreen[None]):
 
     def _report(self, what: str, fn, *args) -> None:
         status = self.query_one("#maintenance-status", Static)
+        severity: SeverityLevel
         try:
             outcome = fn(*args)
         except ServiceUnavailable as exc:

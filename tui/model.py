@@ -22,23 +22,7 @@ from tuner.compiler.settings import global_batch as batch_of
 from tuner.compiler.strategy import Strategy
 
 from .document import SettingsDocument
-from .layout import (  # noqa: F401  (re-exported: the widgets import them from here)
-    BUILDER_KEYS,
-    MERGED,
-    STEP_IDS,
-    STEPS,
-    STRATEGIES,
-    STRATEGY_KEYS,
-    Step,
-    advanced_keys,
-    canonical_key,
-    key_info,
-    label,
-    parse_input,
-    render_value,
-    section_step,
-    step_of,
-)
+from .layout import MERGED, STEP_IDS, STEPS, STRATEGY_KEYS, advanced_keys, canonical_key, key_info, step_of
 
 #: What a new settings file starts with: FSDP2 is the default for full-model runs (the
 #: seed's WebUI default). Written explicitly, so the file says what the compiler will do.
@@ -305,6 +289,8 @@ class WizardState:
             if key == "deepspeed.nvme_path":
                 return "nvme" in (v["deepspeed.offload_param"], v["deepspeed.offload_optimizer"]) or written
             return True
+        if key.startswith("context_parallel.sp_"):
+            return strategy == "deepspeed" or written  # Ulysses runs under DeepSpeed only
         if key.startswith("context_parallel."):
             # The seed's UI shows context parallelism on CUDA hosts only.
             return (self.platform == "cuda" and fsdp_version(strategy) == 2) or written

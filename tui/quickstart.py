@@ -12,7 +12,8 @@ Escape goes back with nothing changed.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -21,7 +22,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from .fields import FieldInput
+from .fields import FieldInput, steady_cursors
 from .model import WizardState
 
 _FIELDS = (
@@ -55,7 +56,8 @@ class QuickStart(ModalScreen[dict[str, Any] | None]):
 
     def compose(self) -> ComposeResult:
         v = self.state.values
-        initial = {"qs-model": v["model.path"], "qs-gpus": str(max(1, v["hardware.num_processes"] // max(1, v["hardware.num_machines"]))),
+        gpus = max(1, v["hardware.num_processes"] // max(1, v["hardware.num_machines"]))
+        initial = {"qs-model": v["model.path"], "qs-gpus": str(gpus),
                    "qs-memory": str(v["hardware.gpu_memory_gib"] or 80), "qs-machines": str(v["hardware.num_machines"])}
         if initial["qs-gpus"] == "1" and not self.state.existed:
             initial["qs-gpus"] = "8"
@@ -71,7 +73,7 @@ class QuickStart(ModalScreen[dict[str, Any] | None]):
             yield OptionList(id="qs-strategies", compact=True)
 
     def on_mount(self) -> None:
-        self.app.steady_cursors(self)  # type: ignore[attr-defined]
+        steady_cursors(self)
         self.query_one("#qs-strategies", OptionList).can_focus = False  # Up / Down drive it from the fields
         self.set_focus(self.query_one("#qs-model", Input), scroll_visible=False)
         self.refresh_proposal()

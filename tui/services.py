@@ -12,9 +12,10 @@ import importlib
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tuner.compiler.files import write_atomic
 

@@ -11,9 +11,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import Button, Collapsible, Footer, Label, Select, Static
 
-from .fields import FieldRow, dom_id
 from .facts import describe_hardware
-from .layout import STEPS, STRATEGIES, STEP_IDS, advanced_keys
+from .fields import FieldRow, dom_id
+from .layout import STEP_IDS, STEPS, STRATEGIES, advanced_keys
 from .model import WizardState
 
 _INTRO = {
@@ -104,15 +104,15 @@ class StepPane(VerticalScroll):
                 with self.prevent(Select.Changed):
                     select.value = state.strategy
             diags = [d for d in state.diagnostics_for("fsdp.enabled") + state.diagnostics_for("deepspeed.enabled")]
-            box = self.query_one("#strategy-diags", Static)
-            box.update("\n".join(f"{d.severity}: {d.message}" for d in diags))
-            box.display = bool(diags)
-            box.set_class(any(d.severity == "error" for d in diags), "error")
+            note = self.query_one("#strategy-diags", Static)
+            note.update("\n".join(f"{d.severity}: {d.message}" for d in diags))
+            note.display = bool(diags)
+            note.set_class(any(d.severity == "error" for d in diags), "error")
             self.query_one("#open-builder").display = state.strategy == "deepspeed"
             strays = state.stray_strategy_keys()
-            box = self.query_one("#strategy-strays", Static)
-            box.display = bool(strays)
-            box.update(f"Set for another strategy, unused under {STRATEGIES[state.strategy]}: {', '.join(strays)}.\n"
+            note = self.query_one("#strategy-strays", Static)
+            note.display = bool(strays)
+            note.update(f"Set for another strategy, unused under {STRATEGIES[state.strategy]}: {', '.join(strays)}.\n"
                        "They stay in the file until removed: ctrl+t removes them." if strays else "")
         if self.step_id == "precision":
             total, formula = state.global_batch

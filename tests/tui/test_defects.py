@@ -16,7 +16,8 @@ from tuner.compiler import compile_file, compile_text
 from tuner.compiler.diagnostics import EXIT_INTERNAL
 from tuner.tui.help import HelpScreen
 from tuner.tui.keys import KEYS
-from tuner.tui.model import STEP_IDS, WizardState
+from tuner.tui.layout import STEP_IDS
+from tuner.tui.model import WizardState
 from tuner.tui.review import ReviewPane
 from tuner.tui.services import estimate_table
 
@@ -160,6 +161,25 @@ async def test_4_switching_from_fsdp_to_deepspeed_offers_removing_the_fsdp_keys(
         assert not strays.display
         assert not any("FSDP" in d.message for d in app.state.diagnostics)
         assert "reshard_after_forward" not in app.state.document.text()
+
+
+async def test_4_the_strategy_notification_leaves_the_status_line_readable(tmp_path, _wizard_env):
+    """The "Other strategy's keys" toast must not cover the status line that names the focused
+    field (it did: the keyboard walk, and a person, lost track of where the next key goes)."""
+    text = '[fsdp]\nenabled = true\nreshard_after_forward = false\n'
+    app = make_app(_wizard_env / "settings.toml", text, tmp_path=tmp_path)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.press("f3")
+        app.screen.query_one("#in-strategy").value = "deepspeed"
+        await pilot.pause()
+        await pilot.pause()
+        toasts = [t for t in app.screen.query("Toast") if t.region.area]
+        assert toasts, "the notification is not shown"
+        status = app.query_one("#status", Static)
+        row = status.region.y
+        covering = {type(app.screen.get_widget_at(x, row)[0]).__name__ for x in range(status.region.x, status.region.right)}
+        assert covering == {"Static"}, f"the status line is covered by {covering - {'Static'}}"
+        assert "strategy" in str(status.render())
 
 
 async def test_4_a_file_with_fsdp_and_deepspeed_both_on_is_repaired_with_one_key(tmp_path, _wizard_env):

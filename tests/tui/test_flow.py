@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tuner.compiler import compile_file
-from tuner.tui.model import STEP_IDS
+from tuner.tui.layout import STEP_IDS
 
 from .conftest import choose, make_app, type_into, widget
 

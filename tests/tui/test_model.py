@@ -8,7 +8,8 @@ import pytest
 
 from tuner.compiler.schema import index
 from tuner.tui.document import SettingsDocument
-from tuner.tui.model import (STEPS, SaveRefused, WizardState, canonical_key, label, parse_input, step_of)
+from tuner.tui.layout import STEP_IDS, STEPS, canonical_key, label, parse_input, step_of
+from tuner.tui.model import SaveRefused, WizardState
 
 
 def test_every_step_key_is_a_schema_key_with_a_description():
@@ -88,6 +89,18 @@ def test_context_parallel_only_on_cuda(tmp_path):
     assert not state.visible("context_parallel.size")
     state.set("hardware.platform", "cuda")
     assert state.visible("context_parallel.size")
+
+
+def test_sequence_parallel_fields_show_under_deepspeed(tmp_path):
+    """Ulysses (context_parallel.sp_*) runs under DeepSpeed only (the compiler says so): its
+    fields show there, not with FSDP2's ring context parallelism."""
+    state = WizardState(tmp_path / "settings.toml")
+    state.set("hardware.platform", "cuda")
+    sp = [k for k in STEPS[STEP_IDS.index("sharding")].keys if k.startswith("context_parallel.sp_")]
+    assert sp and not any(state.visible(k) for k in sp)
+    state.set_strategy("deepspeed")
+    assert all(state.visible(k) for k in sp)
+    assert not state.visible("context_parallel.size")
 
 
 def test_save_refused_with_errors_and_a_draft_never_replaces_the_settings(tmp_path):

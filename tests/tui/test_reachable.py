@@ -14,7 +14,8 @@ import pytest
 from tuner.compiler import compile_file
 from tuner.compiler.schema import index
 from tuner.tui.fields import FieldRow
-from tuner.tui.model import MERGED, STEPS, STRATEGY_KEYS, WizardState
+from tuner.tui.layout import MERGED, STEPS, STRATEGY_KEYS
+from tuner.tui.model import WizardState
 from tuner.tui.steps import StepPane
 
 from .conftest import make_app

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.tui.model import STEPS
+from tuner.tui.layout import STEPS
 
 from .conftest import FAKE_BLOCKS, fake_services, make_app, unavailable_services
 

@@ -87,6 +87,13 @@ class Tmux:
         raise AssertionError(f"Tab never reached {key} (went {' > '.join(seen[:40])}); the screen was:\n"
                              f"{self.screen()}")
 
+    def wait_until_focus(self, key: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while self.where() != key:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{key} never got focus:\n{self.screen()}")
+            time.sleep(0.05)
+
     def _changed_from(self, where: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
         while self.where() == where:
