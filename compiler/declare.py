@@ -9,7 +9,7 @@ declares ``step=`` only where it sits on another one. Everything else is derived
 declaration: the JSON Schema (`compiler/schema_gen.py`), the schema index the compiler uses
 (`compiler/schema.py`: defaults, and with `compiler/coercion.py` the type-driven coercion),
 normalise's per-key spellings, the accelerate names emit writes and the importer reads, the
-key-path constants (`compiler/keys.py`) and the wizard's steps (`tui/layout.py`).
+key-path constants (`compiler/key_paths.py`) and the wizard's steps (`tui/layout.py`).
 
 No imports from the rest of tuner: settings.py and the spelling tables depend on this module,
 never the other way round.

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from . import keys as K
+from . import key_paths as K
 from .diagnostics import Diagnostics
 from .inputs import tool_versions
 from .rules import Plan

@@ -24,7 +24,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from tuner.compiler import keys as K
+from tuner.compiler import key_paths as K
 from tuner.compiler.hardware import DiskInfo, GpuInfo, HardwareFacts, OpInfo, host_memory_bytes
 
 PACKAGES = ("torch", "accelerate", "deepspeed", "transformers", "diffusers", "peft", "safetensors")

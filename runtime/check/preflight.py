@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tuner.compiler import keys as K
+from tuner.compiler import key_paths as K
 from tuner.compiler.emit import MANIFEST_JSON
 
 from .findings import Finding, fault, ok, skipped

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.compiler import keys as K
+from tuner.compiler import key_paths as K
 
 from .errors import DataError
 

@@ -107,9 +107,9 @@ def test_no_accelerate_key_name_is_typed_outside_the_declaration():
 
 
 def test_key_constants_are_the_declared_paths():
-    """compiler/keys.py: each constant is a declared key path, made from an attribute read on
+    """compiler/key_paths.py: each constant is a declared key path, made from an attribute read on
     the typed settings; a path that is not declared fails when the constant is made."""
-    from tuner.compiler import keys
+    from tuner.compiler import key_paths as keys
 
     constants = {name: value for name, value in vars(keys).items() if name.isupper() and isinstance(value, str)}
     assert len(constants) > 40
