@@ -175,7 +175,7 @@ class Bench:
     def model_config(self) -> dict:
         if not self.a.smoke:
             return dict(GPU_MODEL, max_position_embeddings=max(2048, self.a.seq_len))
-        from tuner.compiler.builtin_models import config_dict  # plain dicts, no torch
+        from tuner.compiler.read.builtin_models import config_dict  # plain dicts, no torch
 
         return config_dict("tiny-llama")
 

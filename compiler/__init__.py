@@ -23,16 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import build_writer, cluster, emit, model_facts, value_checks
+from .artefacts import build_writer, cluster, emit
+from .canonical import value_checks
+from .canonical.normalise import Normalised, normalise
 from .diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Diagnostic, Diagnostics
-from .estimate_report import Estimate
-from .files import MAX_BYTES, FileError, parse_yaml
-from .hardware import HardwareFacts
-from .inputs import CompileInputs, gather
-from .normalise import Normalised, normalise
-from .rules import Plan, check
-from .settings import Settings
-from .source import Source, SourceError, parse_settings_text, read_settings
+from .keys.settings import Settings
+from .memory.report import Estimate
+from .plan import model_facts
+from .plan.rules import Plan, check
+from .read.files import MAX_BYTES, FileError, parse_yaml
+from .read.hardware import HardwareFacts
+from .read.inputs import CompileInputs, gather
+from .read.source import Source, SourceError, parse_settings_text, read_settings
 
 __all__ = [
     "CompileResult", "compile_file", "compile_text", "compile_source", "compile_inputs", "gather",

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.compiler.diagnostics import EXIT_USAGE
-from tuner.compiler.emit import ACCELERATE_YAML, DEEPSPEED_JSON, MANIFEST_VERSION
-from tuner.compiler.emit import MANIFEST_JSON as MANIFEST
-from tuner.compiler.rules import Plan
-from tuner.compiler.settings import Settings
-from tuner.compiler.strategy import Strategy
+from ..compiler.artefacts.emit import ACCELERATE_YAML, DEEPSPEED_JSON, MANIFEST_VERSION
+from ..compiler.artefacts.emit import MANIFEST_JSON as MANIFEST
+from ..compiler.diagnostics import EXIT_USAGE
+from ..compiler.keys.settings import Settings
+from ..compiler.plan.rules import Plan
+from ..compiler.plan.strategy import Strategy
 
 
 class RunError(Exception):
@@ -49,7 +49,7 @@ class Artefacts:
         p = self.deepspeed_json
         if p is None:
             return {}
-        from tuner.compiler.files import FileError, load_json
+        from ..compiler.read.files import FileError, load_json
 
         try:
             data = load_json(p, "DeepSpeed config")
@@ -86,7 +86,7 @@ def load(build_dir: Path) -> Artefacts:
     if not mf.is_file():
         raise RunError(f"{build_dir} has no {MANIFEST}; it is not a tuner build directory "
                        "(compile with `tuner compile settings.toml`)")
-    from tuner.compiler.files import FileError, load_json
+    from ..compiler.read.files import FileError, load_json
 
     try:
         manifest = load_json(mf, "manifest")
@@ -139,8 +139,9 @@ def manifest_problem(manifest: Any) -> str | None:
     the settings schema (types, ranges, every key), the plan field by field: the runtime
     must not discover a hand edit as a traceback on every rank."""
     from jsonschema import Draft202012Validator
-    from tuner.compiler.normalise import _numeric_problem
-    from tuner.compiler.schema import index, load_schema
+
+    from ..compiler.canonical.normalise import _numeric_problem
+    from ..compiler.keys.schema import index, load_schema
 
     if not isinstance(manifest, dict):
         return "not a JSON object"

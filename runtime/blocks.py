@@ -12,7 +12,7 @@ Public API (the wizard's detection modal and ``tuner blocks`` use these):
 
 * `detect(model, family=None, flavour="", refresh=False) -> DetectionResult`: cached
   per family, checkpoint path and flavour in the user's cache directory
-  (`tuner.compiler.block_cache`); ``refresh=True`` detects again.
+  (`tuner.compiler.read.block_cache`); ``refresh=True`` detects again.
 * `build_model(model, family=None, flavour="", device="meta")`: the model itself, for
   callers that want a real (``device="cpu"``) or meta instance of the same configuration.
 * `inspect(module)`: the per-class statistics of any ``torch.nn.Module``.
@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.compiler import block_cache
-from tuner.compiler import builtin_models as tiny_configs
-from tuner.compiler.block_cache import ClassStat, DetectionResult
-from tuner.compiler.rules import TRAINED_FAMILIES
+from ..compiler.plan.rules import TRAINED_FAMILIES
+from ..compiler.read import block_cache
+from ..compiler.read import builtin_models as tiny_configs
+from ..compiler.read.block_cache import ClassStat, DetectionResult
 
 __all__ = ["DetectionError", "DetectionResult", "ClassStat", "ModelSpec", "resolve", "build_model",
            "inspect", "detect", "suggest_wrap_classes", "FAMILIES"]
@@ -97,7 +97,7 @@ def resolve(model: str, family: str | None = None, flavour: str = "") -> ModelSp
     cfg_file = block_cache.model_config_file(path, flavour)
     if cfg_file is None:
         raise DetectionError(f"{path} has no config.json (nor model_index.json with a unet/ or transformer/ folder)")
-    from tuner.compiler.files import FileError, load_json
+    from ..compiler.read.files import FileError, load_json
 
     try:
         config = load_json(cfg_file, "model config")

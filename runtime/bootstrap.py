@@ -30,7 +30,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-from tuner.compiler.diagnostics import EXIT_USAGE
+from ..compiler.diagnostics import EXIT_USAGE
 
 
 def _usage() -> int:

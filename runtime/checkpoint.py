@@ -24,8 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.compiler.strategy import Strategy
-
+from ..compiler.plan.strategy import Strategy
 from .artefacts import RunError
 
 META = "tuner_checkpoint.json"
@@ -77,7 +76,7 @@ def meta_problem(ckpt: Path) -> str | None:
     """Why `ckpt` is not an intact checkpoint, or None. Checks what can be checked without
     loading tensors: the folder, its `tuner_checkpoint.json` (complete, every field of the
     right type) and that the model state files it must hold exist and are not empty."""
-    from tuner.compiler.files import FileError, load_json
+    from ..compiler.read.files import FileError, load_json
 
     ckpt = Path(ckpt)
     if not ckpt.is_dir():
@@ -151,7 +150,7 @@ def read_meta(ckpt: Path, action: str = "resume") -> CheckpointMeta:
     problem = meta_problem(ckpt)
     if problem:
         raise RunError(f"checkpoint {ckpt} is damaged: {problem}{intact_hint(Path(ckpt), action)}")
-    from tuner.compiler.files import load_json
+    from ..compiler.read.files import load_json
 
     return CheckpointMeta(**load_json(p, "checkpoint record"))
 
@@ -214,7 +213,7 @@ def latest_intact(ckdir: Path, action: str = "resume") -> Path | None:
                        f"tuner does not remove it: move it away, or resume a checkpoint by path "
                        f"(--resume {ckdir}/step-N){intact_hint(pointer)}")
     if pointer.is_file():
-        from tuner.compiler.files import FileError, read_text
+        from ..compiler.read.files import FileError, read_text
 
         try:
             name = read_text(pointer, "checkpoint pointer", 4096).strip()
@@ -319,7 +318,7 @@ def remove_partial(ckdir: Path) -> list[Path]:
 
 def publish(ckdir: Path, tmp: Path, meta: CheckpointMeta) -> Path:
     """Rank 0, after every rank finished writing into `tmp`: meta, rename, move `latest`."""
-    from tuner.compiler.files import give_new_file_modes
+    from ..compiler.read.files import give_new_file_modes
 
     give_new_file_modes(tmp)  # libraries write some files through private temporaries (0600)
     meta.files = file_sizes(tmp)
@@ -336,7 +335,7 @@ def publish(ckdir: Path, tmp: Path, meta: CheckpointMeta) -> Path:
 
 
 def write_latest(ckdir: Path, name: str) -> None:
-    from tuner.compiler.files import write_atomic
+    from ..compiler.read.files import write_atomic
 
     write_atomic(ckdir / LATEST, name + "\n")
 

@@ -36,8 +36,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tuner.compiler.strategy import Strategy
-
+from ..compiler.plan.strategy import Strategy
 from .artefacts import RunError
 
 #: The accelerate versions this layer is tested with: the `accelerate` requirement of

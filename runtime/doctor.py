@@ -1,6 +1,6 @@
 """Hardware doctor: what this machine offers for training, asked from torch itself.
 
-`collect()` returns a `tuner.compiler.hardware.HardwareFacts`: GPUs (count, name, memory,
+`collect()` returns a `tuner.compiler.read.hardware.HardwareFacts`: GPUs (count, name, memory,
 compute capability, bf16), CUDA / ROCm / MPS / CPU, the NCCL version, peer-to-peer access
 between GPUs, host RAM and cores, free disk at the paths a run writes to, whether
 DeepSpeed's CPU Adam and async I/O ops can be built, and the versions of the libraries a
@@ -24,8 +24,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from tuner.compiler import key_paths as K
-from tuner.compiler.hardware import DiskInfo, GpuInfo, HardwareFacts, OpInfo, host_memory_bytes
+from ..compiler.keys import paths as K
+from ..compiler.read.hardware import DiskInfo, GpuInfo, HardwareFacts, OpInfo, host_memory_bytes
 
 PACKAGES = ("torch", "accelerate", "deepspeed", "transformers", "diffusers", "peft", "safetensors")
 #: DeepSpeed op -> its builder class in deepspeed.ops.op_builder.

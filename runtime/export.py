@@ -92,7 +92,7 @@ def trusted_entries(out_dir: Path) -> list[str] | None:
     (by the sizes and SHA-256 its record keeps); None when `out_dir` holds no valid record.
     A hand-edited record cannot make tuner replace anything else: a listed entry whose content
     differs from the record's is the person's."""
-    from tuner.compiler.files import FileError, load_json
+    from ..compiler.read.files import FileError, load_json
 
     try:
         record = load_json(out_dir / EXPORT_RECORD, "export record")
@@ -109,7 +109,7 @@ def trusted_entries(out_dir: Path) -> list[str] | None:
 
 def _is_staging(p: Path) -> bool:
     """A staging folder tuner made (a killed export's leftover): its name and its mark."""
-    from tuner.compiler.files import FileError, load_json
+    from ..compiler.read.files import FileError, load_json
 
     if not p.name.startswith(_STAGING_PREFIX) or p.is_symlink() or not p.is_dir():
         return False
@@ -147,7 +147,7 @@ def export_lock(out_dir: Path) -> Iterator[None]:
     """Hold `out_dir`'s export lock (creating `out_dir`): a second export into it at once is
     refused. A failure removes `out_dir` again only when this export created it and it is
     empty (never another export's files)."""
-    from tuner.compiler.file_lock import LockHeld, LockRefused, hold_lock
+    from ..compiler.read.file_lock import LockHeld, LockRefused, hold_lock
 
     created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -184,8 +184,7 @@ def export_checkpoint(path: Path, out_dir: Path) -> Path:
 
 
 def _export_locked(path: Path, out_dir: Path, previous: list[str]) -> None:
-    from tuner.compiler.settings import Settings
-
+    from ..compiler.keys.settings import Settings
     from .families import get_family
     from .families.base import FamilyContext
 
@@ -247,8 +246,7 @@ def write_export(write: Callable[[Path], None], out_dir: Path, previous: list[st
     import json
     import os
 
-    from tuner.compiler.files import give_new_file_modes, write_atomic
-
+    from ..compiler.read.files import give_new_file_modes, write_atomic
     from .trainer import plain_model_init
 
     for leftover in out_dir.iterdir():  # from an export that was killed (tuner's mark inside)

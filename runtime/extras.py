@@ -6,7 +6,7 @@ and transformers (every run); DeepSpeed, diffusers and peft come with their own 
 that a DDP/FSDP run of a language model installs none of them (pyproject.toml). A run whose
 build needs a missing one is refused before any rank starts, naming the extra.
 
-Plain Python, no third-party import: `tuner.cli` reads `install_hint` when a command meets
+Plain Python, no third-party import: `tuner.commands.cli` reads `install_hint` when a command meets
 a missing package.
 """
 

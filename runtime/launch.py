@@ -33,8 +33,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuner.compiler.diagnostics import EXIT_OK, EXIT_RANK_FAILED, EXIT_USAGE
-
+from ..compiler.diagnostics import EXIT_OK, EXIT_RANK_FAILED, EXIT_USAGE
 from .artefacts import Artefacts
 from .launch_env import Topology, accelerate_env, config_flags, free_port, port_taken, port_taken_message
 

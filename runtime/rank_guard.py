@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from tuner.compiler.diagnostics import EXIT_INTERNAL
+from ..compiler.diagnostics import EXIT_INTERNAL
 
 #: A rank whose launcher is gone exits with tuner's internal-error status (70).
 ORPHAN_EXIT = EXIT_INTERNAL

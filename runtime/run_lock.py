@@ -3,7 +3,7 @@ directory that already holds a run.
 
 Two `tuner run` into the same output directory would interleave their metrics and mix
 their checkpoints. `acquire_run_lock` takes a ``fcntl.flock`` on ``OUTPUT/.tuner-run.lock``
-for as long as the run lasts (`tuner.compiler.file_lock`: never through a symbolic link, never
+for as long as the run lasts (`tuner.compiler.read.file_lock`: never through a symbolic link, never
 into a person's file). The kernel drops a flock when the process holding it exits, however it
 exits (kill -9 included), so a dead run never leaves the directory locked; the file itself
 stays, and only says who held it last.
@@ -53,7 +53,7 @@ def acquire_run_lock(output_dir: str | os.PathLike, machine_rank: int | None = N
     be created or written (read-only, not a directory, no space), or when the lock's name
     is taken by a link or a person's file.
     """
-    from tuner.compiler.file_lock import LockHeld, LockRefused, hold_lock, write_holder
+    from ..compiler.read.file_lock import LockHeld, LockRefused, hold_lock, write_holder
 
     output_dir = Path(output_dir)
     path = output_dir / LOCK_FILE
@@ -131,7 +131,7 @@ def check_output_dir(output_dir: Path, resume: str, build_hint: str = "BUILD_DIR
 
 
 def _unwritable(output_dir: Path, exc: OSError) -> str:
-    from tuner.compiler.files import describe_os_error
+    from ..compiler.read.files import describe_os_error
 
     return (f"output directory {output_dir} is not usable: {describe_os_error(exc)}; "
             "fix its permissions or free space, or set output.dir to a writable directory")

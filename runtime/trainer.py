@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tuner.compiler.strategy import Strategy
 
+from ..compiler.plan.strategy import Strategy
 from . import checkpoint as ckpt
 from . import cpu_shim, tracking
 from .artefacts import Artefacts, RunError

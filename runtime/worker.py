@@ -15,7 +15,7 @@ import errno
 import os
 import sys
 
-from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
+from ..compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
 
 def _shutdown() -> None:

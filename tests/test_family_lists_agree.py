@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tuner.compiler import builtin_models, rules
+from tuner.compiler.plan import rules
+from tuner.compiler.read import builtin_models
 from tuner.runtime import blocks, families
 
 REPO = Path(__file__).resolve().parents[1]
@@ -19,10 +20,10 @@ def test_every_family_list_names_the_same_families():
     lists = {
         "schemas/settings.schema.json model.family x-choices":
             schema["properties"]["model"]["properties"]["family"]["x-choices"],
-        "compiler/rules.py TRAINED_FAMILIES": rules.TRAINED_FAMILIES,
+        "compiler/plan/rules.py TRAINED_FAMILIES": rules.TRAINED_FAMILIES,
         "runtime/blocks.py FAMILIES": blocks.FAMILIES,
         "runtime/families/__init__.py FAMILIES": families.FAMILIES,
-        "compiler/builtin_models.py DEFAULT_BY_FAMILY": builtin_models.DEFAULT_BY_FAMILY,
+        "compiler/read/builtin_models.py DEFAULT_BY_FAMILY": builtin_models.DEFAULT_BY_FAMILY,
     }
     expected = set(families.FAMILIES)
     drifted = {where: sorted(names) for where, names in lists.items() if set(names) != expected}

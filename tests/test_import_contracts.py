@@ -3,7 +3,7 @@
 * The compiler imports nothing of tuner's runtime or wizard, and none of the heavy packages
   at module level or inside functions (tests/compiler/test_contracts.py checks at run time
   that `tuner compile` loads none of them; this checks every code path, not one run).
-  `compiler/verify.py` is the exception by design: it is the subprocess `tuner compile
+  `compiler/artefacts/verify.py` is the exception by design: it is the subprocess `tuner compile
   --verify` runs to ask accelerate and DeepSpeed themselves.
 * The wizard reaches the runtime only through `tui/services.py`.
 """
@@ -62,4 +62,4 @@ def test_the_wizard_reaches_the_runtime_only_through_its_services():
 def test_the_check_sees_imports():
     """Not vacuous: relative and absolute imports are both resolved."""
     imports = _imports(REPO / "compiler" / "estimate_model.py", "compiler")
-    assert "tuner.compiler.builtin_models" in imports and "tuner.compiler.files" in imports
+    assert "tuner.compiler.read.builtin_models" in imports and "tuner.compiler.read.files" in imports

@@ -7,9 +7,9 @@ import re
 import tomllib
 
 import pytest
+from tuner.commands.cli import build_parser
 
 from tests.conftest import REPO, run_tuner
-from tuner.cli import build_parser
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 TOP = sorted(p.name for p in REPO.iterdir() if not p.name.startswith(".") or p.name == ".ci")

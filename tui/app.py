@@ -29,8 +29,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Collapsible, ContentSwitcher, Static
-from tuner.compiler.files import write_atomic
 
+from ..compiler.read.files import write_atomic
 from .actions import Commands
 from .facts import display_path
 from .fields import FieldRow, steady_cursors

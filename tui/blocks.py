@@ -19,8 +19,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Label, Static
-from tuner.compiler.block_cache import human_count
 
+from ..compiler.read.block_cache import human_count
 from .fields import steady_cursors
 from .model import WizardState
 from .services import ServiceUnavailable
@@ -28,7 +28,7 @@ from .services import ServiceUnavailable
 
 def parse_detection(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], list[str], bool]:
     """(classes, no_split_modules, suggestions, from_cache) from block detection's result,
-    `DetectionResult.to_dict()` (tuner.compiler.block_cache), read by its own field names."""
+    `DetectionResult.to_dict()` (tuner.compiler.read.block_cache), read by its own field names."""
     classes = [{"name": c["name"], "params": int(c["parameters"]), "occurrences": int(c["occurrences"]),
                 "paths": list(c.get("sample_paths") or [])} for c in data.get("classes") or []]
     return (classes, list(data.get("no_split_modules") or []), list(data.get("suggested") or []),

@@ -16,8 +16,9 @@ from typing import Any
 
 import tomlkit
 from tomlkit.items import Table
-from tuner.compiler.files import write_atomic
-from tuner.compiler.schema import index
+
+from ..compiler.keys.schema import index
+from ..compiler.read.files import write_atomic
 
 
 class SettingsDocument:

@@ -1,6 +1,6 @@
 """The memory estimate as the wizard shows it, and the quick start's proposal.
 
-Plain Python, no Textual. The numbers are `tuner.compiler.estimate`'s; this module only
+Plain Python, no Textual. The numbers are `tuner.compiler.memory.estimate`'s; this module only
 lays them out narrowly enough for 80 columns (strategy, per GPU, per host, fits) and maps
 the estimator's recommendation (the cheapest strategy that fits: the lowest ZeRO stage
 before FSDP before offload) onto settings keys.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuner.compiler.block_cache import human_count
+from ..compiler.read.block_cache import human_count
 
 GIB = 1024**3
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tuner.compiler.hardware import GIB
+from ..compiler.read.hardware import GIB
 
 
 def display_path(path: Path) -> str:

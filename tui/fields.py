@@ -15,8 +15,8 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Input, Label, Select, Static, Switch
-from tuner.compiler.diagnostics import Diagnostic
 
+from ..compiler.diagnostics import Diagnostic
 from .layout import key_info, label, parse_input, render_value
 
 

@@ -9,8 +9,8 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
-from tuner.compiler.schema import index
 
+from ..compiler.keys.schema import index
 from .fields import FieldInput, steady_cursors
 from .keys import KEYS
 from .layout import STEPS, STRATEGY_KEYS, render_value, step_of

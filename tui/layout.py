@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.compiler.normalise import coerce
-from tuner.compiler.schema import KeyInfo, SchemaIndex, index
+from ..compiler.canonical.normalise import coerce
+from ..compiler.keys.schema import KeyInfo, SchemaIndex, index
 
 #: The composite "strategy" choice on the Sharding step, mapped onto schema keys.
 STRATEGIES: dict[str, str] = {
@@ -32,7 +32,7 @@ class Step:
 
 
 #: The wizard's steps, in order. Which keys each shows, and in what order, is declared with
-#: the keys (``step=``, ``order=`` in compiler/sections/); keys with a step but no order are
+#: the keys (``step=``, ``order=`` in compiler/keys/sections/); keys with a step but no order are
 #: that step's "Advanced" part.
 _STEP_TITLES: tuple[tuple[str, str], ...] = (
     ("model", "Model"), ("hardware", "Hardware"), ("sharding", "Sharding"), ("checkpoints", "Checkpoints"),

@@ -15,8 +15,7 @@ import asyncio
 import signal
 from typing import Any
 
-from tuner.compiler.diagnostics import EXIT_INTERRUPTED
-
+from ..compiler.diagnostics import EXIT_INTERRUPTED
 from .facts import display_path
 
 #: The signals that end the wizard, and their exit status (128 + the signal's number).

@@ -15,12 +15,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tuner.compiler import CompileResult, compile_text
-from tuner.compiler.diagnostics import Diagnostic, Diagnostics
-from tuner.compiler.schema import index
-from tuner.compiler.settings import global_batch as batch_of
-from tuner.compiler.strategy import Strategy
-
+from ..compiler import CompileResult, compile_text
+from ..compiler.diagnostics import Diagnostic, Diagnostics
+from ..compiler.keys.schema import index
+from ..compiler.keys.settings import global_batch as batch_of
+from ..compiler.plan.strategy import Strategy
 from .document import SettingsDocument
 from .layout import MERGED, STEP_IDS, STEPS, STRATEGY_KEYS, advanced_keys, canonical_key, key_info, step_of
 

@@ -91,7 +91,7 @@ class ReviewPane(VerticalScroll):
             options.highlighted = highlighted if highlighted is not None and highlighted < len(self._keys) else 0
         est = self._estimate(state.document.text(), state.path) if self._estimate else None
         self.query_one("#estimate", Static).update(
-            est if est else "The memory estimator is not available in this tuner yet (tuner.compiler.estimate).")
+            est if est else "The memory estimator is not available in this tuner yet (tuner.compiler.memory.estimate).")
         self.query_one("#preview-yaml", Static).update(
             result.accelerate_yaml or "(not written: fix the errors above)")
         self.query_one("#preview-json", Static).update(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.compiler.files import write_atomic
+from ..compiler.read.files import write_atomic
 
 
 class ServiceUnavailable(Exception):
@@ -51,7 +51,7 @@ def detect_blocks(model: str, family: str | None, flavour: str, refresh: bool) -
 
 
 def clear_detection_cache() -> Any:
-    return _load("tuner.compiler.block_cache", "clear", "The block-detection cache")()
+    return _load("tuner.compiler.read.block_cache", "clear", "The block-detection cache")()
 
 
 def clear_offload_cache(path: str) -> Any:
@@ -66,7 +66,7 @@ def target_estimate(settings_text: str, settings_path: Path | None):
     table says "unknown" instead). Pure Python (no torch). The estimate is the one the
     compile computed (`CompileResult.estimate`), not a second computation."""
     try:
-        from tuner.compiler import compile_text
+        from ..compiler import compile_text
     except ImportError:
         return None
     result = compile_text(settings_text, path=settings_path, host_facts=False)

@@ -2,7 +2,7 @@
 
 A Ctrl-C while Python is still importing tuner (the first tenth of a second, more on a busy
 machine) would print a KeyboardInterrupt traceback: the first thing this module does is to
-make SIGINT end the process quietly with 130, as `tuner.cli.main` does once it runs.
+make SIGINT end the process quietly with 130, as `tuner.commands.cli.main` does once it runs.
 """
 
 import os
@@ -19,7 +19,7 @@ signal.signal(signal.SIGINT, _interrupted_early)
 
 def entry() -> int:
     try:
-        from tuner.cli import main
+        from tuner.commands.cli import main
 
         signal.signal(signal.SIGINT, signal.default_int_handler)  # main() reports it from here on
         return main()

@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..schema import accelerate_names
+from ..keys.schema import accelerate_names
 from .base import Imported, ImportRefused
 
 # accelerate's key names -> tuner's keys: the inverse of what emit writes, from the same
-# ``accelerate=`` declarations (compiler/sections/). Top-level gpu_ids is read apart ("all"
+# ``accelerate=`` declarations (compiler/keys/sections/). Top-level gpu_ids is read apart ("all"
 # is accelerate's default, not a choice), and fsdp_reshard_after_forward too (FSDP v1 spells
 # it as a sharding strategy).
 TOP = {k: v for k, v in accelerate_names("").items() if k != "gpu_ids"}
@@ -97,7 +97,7 @@ def read(data: dict[str, Any], path: Path, out: Imported) -> None:
                     out.remarks.append(f"{src}: deepspeed_config_file {value} not found next to {path.parent}; "
                                        "pass it as another source: tuner import YAML JSON")
                 else:
-                    from ..importer import load
+                    from .importer import load
 
                     deepspeed.read(load(found), found, out, world_known=True)
             elif key == "deepspeed_multinode_launcher":

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..schema import index
+from ..keys.schema import index
 from .base import Imported
 
-#: SimpleTuner names that are not aliases of a key (the declared aliases, compiler/sections/,
+#: SimpleTuner names that are not aliases of a key (the declared aliases, compiler/keys/sections/,
 #: are read as they are).
 NAMES = {
     "checkpoint_step_interval": "checkpoint.every_steps",

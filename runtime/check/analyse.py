@@ -12,8 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tuner.compiler.strategy import Strategy
-
+from ...compiler.plan.strategy import Strategy
 from .findings import Finding, fault, ok, skipped
 from .planned import memory, schedule
 
@@ -87,7 +86,7 @@ def _world(arts, runs) -> list[Finding]:
 
 
 def _dist_type(arts, runs) -> list[Finding]:
-    from tuner.runtime.cpu_shim import accepted_types, cpu_type
+    from ..cpu_shim import accepted_types, cpu_type
 
     accepted = accepted_types(arts.plan.distributed_type) if arts.plan.platform == "cpu" else {arts.plan.distributed_type}
     bad = [fault("distributed-type", f"rank {r}", f"accelerate runs {run['accelerator']['distributed_type']}; the plan "

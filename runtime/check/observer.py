@@ -312,7 +312,7 @@ def _post_step(opt, args, kwargs) -> None:
     if run["steps"] == 1 and run["state_bytes"] is None:
         model = _models.get(len(_runs) - 1)
         if model is not None:
-            from tuner.runtime.memory import rank_state_bytes
+            from ..memory import rank_state_bytes
 
             with contextlib.suppress(Exception):
                 run["state_bytes"] = rank_state_bytes(model, opt)
@@ -332,7 +332,7 @@ def _after_ds_step(run, engine) -> None:
         v = float(norm)
         run.setdefault("ds_grad_norms", []).append(v if math.isfinite(v) else str(v))
     if run["state_bytes"] is None and run["steps"]:
-        from tuner.runtime.memory import rank_state_bytes
+        from ..memory import rank_state_bytes
 
         with contextlib.suppress(Exception):
             run["state_bytes"] = rank_state_bytes(engine, None)

@@ -64,7 +64,8 @@ def planned_lrs(kind: str, lr: float, warmup: int, total: int, n: int) -> list[f
 
 def _lrs_from_transformers(kind: str, lr: float, warmup: int, total: int, n: int) -> list[float]:
     import torch
-    from tuner.runtime.optim import lr_schedule
+
+    from ..optim import lr_schedule
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
     sched = lr_schedule(kind, opt, warmup, total)
@@ -79,7 +80,7 @@ def _lrs_from_transformers(kind: str, lr: float, warmup: int, total: int, n: int
 def memory(arts, runs, own_trainer: bool) -> list[Finding]:
     """Per-rank model state vs the estimate: tuner's own trainer, and a script that trains the
     settings' model (the same parameter count as the estimate's model)."""
-    from tuner.compiler.estimate import estimate
+    from ...compiler.memory.estimate import estimate
 
     est = estimate(arts.settings, arts.plan, None, base_dir=arts.base_dir)
     if est is None or est.chosen is None:

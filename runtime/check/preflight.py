@@ -18,9 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tuner.compiler import key_paths as K
-from tuner.compiler.emit import MANIFEST_JSON
-
+from ...compiler.artefacts.emit import MANIFEST_JSON
+from ...compiler.keys import paths as K
 from .findings import Finding, fault, ok, skipped
 
 VERSIONED = ("tuner", "torch", "accelerate", "deepspeed", "transformers")
@@ -50,7 +49,7 @@ def checkpoint_bytes(est) -> int:
 
 
 def _estimate(arts):
-    from tuner.compiler.estimate import estimate
+    from ...compiler.memory.estimate import estimate
 
     try:
         return estimate(arts.settings, arts.plan, None, base_dir=arts.base_dir)
@@ -61,7 +60,7 @@ def _estimate(arts):
 def _host_available() -> tuple[int, str]:
     """Available host RAM: an injected facts file ($TUNER_HARDWARE_FACTS) states it for a
     machine described elsewhere; else /proc/meminfo's MemAvailable."""
-    from tuner.compiler import hardware
+    from ...compiler.read import hardware
 
     facts = hardware.injected_facts()
     if facts is not None and (facts.host_available_bytes or facts.host_memory_bytes):
@@ -117,7 +116,7 @@ def _gpu_facts() -> dict[str, Any]:
 
 def machine_facts(build_dir: Path, target: list[str] | None, machine: int) -> dict[str, Any]:
     """What this machine has, for the checks here and the comparison across machines."""
-    from tuner.runtime.artefacts import RunError, load
+    from ..artefacts import RunError, load
 
     facts: dict[str, Any] = {"machine": machine, "host": socket.gethostname(),
                              "versions": {n: _version(n) for n in VERSIONED}}

@@ -30,8 +30,7 @@ STEPS = int(os.environ.get("TUNER_CHECK_STEPS", "3"))
 def launch_part(build_dir: Path, target: list[str] | None, machine_rank: int | None, main_address: str | None,
                 main_port: int | None, report: Report):
     """The launch checks on this machine (and the exchange); returns the loaded build or None."""
-    from tuner.runtime.artefacts import RunError, load
-
+    from ..artefacts import RunError, load
     from . import exchange
 
     t0 = time.monotonic()
@@ -41,7 +40,7 @@ def launch_part(build_dir: Path, target: list[str] | None, machine_rank: int | N
         arts = None
     topo = None
     if arts is not None:
-        from tuner.runtime.launch_env import Topology
+        from ..launch_env import Topology
 
         topo = Topology.resolve(arts, machine_rank, main_address, main_port)  # RunError: bad input (exit 2)
     m = topo.machine_rank if topo else (machine_rank or 0)
@@ -69,8 +68,7 @@ def launch_part(build_dir: Path, target: list[str] | None, machine_rank: int | N
 
 
 def rehearse(arts, topo, target: list[str] | None, report: Report, quiet_stdout: bool) -> None:
-    from tuner.runtime.launch import launch, script_entry, worker_entry
-
+    from ..launch import launch, script_entry, worker_entry
     from .analyse import analyse, read_facts
     from .observer import DIR_ENV, STEPS_ENV
 

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.compiler import key_paths as K
-
+from ...compiler.keys import paths as K
 from .encode import Encoder, detect_format
 from .errors import DataError
 from .packing import Packer, pack_documents

@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.compiler import key_paths as K
-
+from ...compiler.keys import paths as K
 from .errors import DataError
 
 #: file suffix -> `datasets` builder name.

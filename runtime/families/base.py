@@ -45,7 +45,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # torch is imported by the runtime, never by the compiler
     import torch
     from torch.utils.data import Dataset
-    from tuner.compiler.settings import Settings
+
+    from ...compiler.keys.settings import Settings
 
 
 class FamilyError(Exception):

@@ -14,12 +14,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from tuner.compiler import builtin_models
-
+from ...compiler.read import builtin_models
 from .base import Family, FamilyContext, FamilyError
 from .lora import apply_lora, quantization_kwargs
 
-#: The Llama config fields a built-in (compiler/builtin_models.py, the one registry) gives its
+#: The Llama config fields a built-in (compiler/read/builtin_models.py, the one registry) gives its
 #: shape by; the rest (vocabulary, special tokens) comes from the bundled tokenizer.
 #: Attention implementations whose masks follow packed position ids (transformers'
 #: masking_utils.find_packed_sequence_indices, flash attention's varlen path).

@@ -1,12 +1,12 @@
 """Loading compiled artefacts with the real accelerate and DeepSpeed parsers.
 
-The functions live in `tuner.compiler.verify`, which `tuner compile --verify` runs: the tests
+The functions live in `tuner.compiler.artefacts.verify`, which `tuner compile --verify` runs: the tests
 and the command judge builds with the same code.
 """
 
 from __future__ import annotations
 
-from tuner.compiler.verify import (  # noqa: F401  (re-exported for the tests)
+from tuner.compiler.artefacts.verify import (
     accelerate_filled,
     accelerate_launch_env,
     init_deepspeed_comm,

@@ -18,9 +18,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tuner.compiler.artefacts.verify import _environ, fill_auto_as_accelerate, ports_free, pretend_cuda
+
 from tests.compiler.helpers import parse_deepspeed
-from tuner.compiler.verify import (  # _environ: os.environ set for a block, then restored
-    _environ, fill_auto_as_accelerate, ports_free, pretend_cuda)
 
 #: Pretended GPUs per machine while accelerate derives the launch.
 FAKE_GPUS = 8
@@ -57,8 +57,7 @@ def launch_view(yaml_path: Path, cli: tuple[str, ...] = ()) -> dict[str, Any]:
     `cli`: launch flags given on the command line (e.g. ``--num_processes 8`` for a config
     that leaves the count to the command line, as accelerate then requires)."""
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
-    from accelerate.utils.launch import (prepare_deepspeed_cmd_env, prepare_multi_gpu_env,
-                                         prepare_simple_launcher_cmd_env)
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env, prepare_simple_launcher_cmd_env
 
     # A busy port on this machine must not change the derived launch (accelerate checks it).
     with pretend_cuda(FAKE_GPUS), ports_free():
@@ -155,7 +154,7 @@ def import_and_compile(source: Path, tmp_path: Path) -> str:
     """`tuner import` of `source`, then the settings written to tmp_path/settings.toml compiled
     and written to tmp_path/build (asserted ok); returns the imported settings text."""
     from tuner.compiler import compile_text
-    from tuner.compiler.importer import import_files, to_toml
+    from tuner.compiler.formats.importer import import_files, to_toml
 
     text = to_toml(import_files([source]))
     settings = tmp_path / "settings.toml"

@@ -8,8 +8,7 @@ import io
 
 import pytest
 import yaml
-
-from tuner.cli import main
+from tuner.commands.cli import main
 
 SETTINGS = '[model]\npath = "builtin:tiny-llama"\n[hardware]\nplatform = "cpu"\nnum_processes = 2\n'
 

@@ -9,11 +9,11 @@ import typing
 
 import pytest
 from jsonschema import Draft202012Validator
+from tuner.compiler import compile_file, compile_text
+from tuner.compiler.keys.schema import index, load_schema
+from tuner.compiler.keys.settings import Settings
 
 from tests.conftest import EXAMPLES, SEEDS, run_tuner
-from tuner.compiler import compile_file, compile_text
-from tuner.compiler.schema import index, load_schema
-from tuner.compiler.settings import Settings
 
 
 def test_compiling_twice_gives_byte_identical_files(tmp_path):
@@ -37,7 +37,7 @@ _PY_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": b
 
 
 def test_every_declared_default_has_the_declared_type():
-    """Each key's declaration (compiler/sections/) is consistent: its default is of its
+    """Each key's declaration (compiler/keys/sections/) is consistent: its default is of its
     annotated type, it has help, and the typed settings' defaults are the schema's."""
     instance = Settings()
     for path, info in index().keys.items():
@@ -78,7 +78,7 @@ def test_compile_and_import_never_import_heavy_packages(tmp_path, command):
     argv = ["compile", str(settings)] if command == "compile" else ["import", str(ds), "-o", str(tmp_path / "o.toml")]
     code = (
         "import sys\n"
-        "from tuner.cli import main\n"
+        "from tuner.commands.cli import main\n"
         f"rc = main({argv!r})\n"
         "heavy = sorted(m for m in ('torch', 'accelerate', 'deepspeed', 'textual', 'transformers', 'diffusers')"
         " if m in sys.modules)\n"

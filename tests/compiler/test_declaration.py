@@ -1,4 +1,4 @@
-"""The one declaration (compiler/sections/) is what emit, the importer and normalise use:
+"""The one declaration (compiler/keys/sections/) is what emit, the importer and normalise use:
 accelerate's names and value spellings are declared once per key, and both directions
 (settings -> accelerate YAML -> settings) come from that one fact."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
-from tests.conftest import EXAMPLES
 from tuner.compiler import compile_file
 from tuner.compiler.formats import accelerate as accelerate_format
-from tuner.compiler.schema import accelerate_names, index
+from tuner.compiler.keys.schema import accelerate_names, index
+
+from tests.conftest import EXAMPLES
 
 
 def _with_values():
@@ -53,8 +53,8 @@ def test_every_emitted_setting_name_is_declared(example, monkeypatch):
 def test_a_key_declares_its_step_only_where_it_leaves_its_sections():
     """A section class declares the wizard step of its keys (``step``); a key says ``step=``
     only where it sits on another step, so that the section -> step map is written once."""
-    from tuner.compiler.declare import declared, sections
-    from tuner.compiler.settings import Settings
+    from tuner.compiler.keys.declare import declared, sections
+    from tuner.compiler.keys.settings import Settings
     from tuner.tui.layout import STEP_IDS
 
     for name, cls in sections(Settings).items():
@@ -89,7 +89,7 @@ def test_no_accelerate_key_name_is_typed_outside_the_declaration():
     for package in ("compiler", "runtime", "tui", "tuner"):
         for path in sorted((REPO / package).rglob("*.py")):
             rel = path.relative_to(REPO).as_posix()
-            if rel.startswith(("compiler/sections/", "compiler/formats/")):
+            if rel.startswith(("compiler/keys/sections/", "compiler/formats/")):
                 continue
             hits = _string_constants(ast.parse(path.read_text())) & distinctive
             if hits:
@@ -97,7 +97,7 @@ def test_no_accelerate_key_name_is_typed_outside_the_declaration():
     assert not found, f"accelerate key names typed outside the declaration: {found}"
     # emit: not even the names that are tuner's own too, except in accelerate's own table of
     # every key its config loader accepts, and the manifest (tuner's topology record).
-    tree = ast.parse((REPO / "compiler/emit.py").read_text())
+    tree = ast.parse((REPO / "compiler/artefacts/emit.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == "manifest":
             continue
@@ -107,9 +107,9 @@ def test_no_accelerate_key_name_is_typed_outside_the_declaration():
 
 
 def test_key_constants_are_the_declared_paths():
-    """compiler/key_paths.py: each constant is a declared key path, made from an attribute read on
+    """compiler/keys/paths.py: each constant is a declared key path, made from an attribute read on
     the typed settings; a path that is not declared fails when the constant is made."""
-    from tuner.compiler import key_paths as keys
+    from tuner.compiler.keys import paths as keys
 
     constants = {name: value for name, value in vars(keys).items() if name.isupper() and isinstance(value, str)}
     assert len(constants) > 40

@@ -21,11 +21,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from tuner.compiler import compile_inputs, gather
+from tuner.compiler.read.hardware import HardwareFacts
+from tuner.compiler.read.source import read_settings
 
 from tests.conftest import EXAMPLES
-from tuner.compiler import compile_inputs, gather
-from tuner.compiler.hardware import HardwareFacts
-from tuner.compiler.source import read_settings
 
 EXPECTED = Path(__file__).resolve().parent / "expected"
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.toml"))

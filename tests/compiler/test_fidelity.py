@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from tuner.compiler import compile_text
-from tuner.compiler.importer import ImportRefused, import_files, to_toml
+from tuner.compiler.formats.importer import ImportRefused, import_files, to_toml
 
 from tests.compiler.helpers import parse_deepspeed
 from tests.compiler.interop import import_and_compile, launch_view

@@ -8,9 +8,8 @@ import tomllib
 import tomlkit
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
 from tuner.compiler import compile_text
-from tuner.compiler.schema import index
+from tuner.compiler.keys.schema import index
 
 IDX = index()
 #: A campaign runs more: TUNER_FUZZ_SCALE=5 multiplies every count (docs/reliability.md).

@@ -15,7 +15,7 @@ import pytest
 from transformers import HfArgumentParser, TrainingArguments
 from tuner.compiler import compile_text
 from tuner.compiler.diagnostics import EXIT_INVALID
-from tuner.compiler.importer import ImportRefused, import_files, to_toml
+from tuner.compiler.formats.importer import ImportRefused, import_files, to_toml
 
 
 @pytest.fixture(autouse=True)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from tests.conftest import PEER_CONFIGS, REPO, run_tuner
 from tuner.compiler import compile_text
 from tuner.compiler.formats import FORMATS, detect
-from tuner.compiler.importer import ImportRefused, import_files, load, to_toml
-from tuner.compiler.rules import MSG_CP_NEEDS_FSDP2
+from tuner.compiler.formats.importer import ImportRefused, import_files, load, to_toml
+from tuner.compiler.plan.rules import MSG_CP_NEEDS_FSDP2
+
+from tests.conftest import PEER_CONFIGS, REPO, run_tuner
 
 DATA = REPO / "tests" / "compiler" / "data"
 SIMPLETUNER = sorted((DATA / "simpletuner").iterdir())

@@ -1,7 +1,7 @@
 """One truth per key (issue 24): renaming a key in its declaration is the only edit needed for
 the schema, the compile (normalise: aliases, coercion, defaults, validation), emit, import and
 the wizard's layout to follow. A test-only declaration table, declared like
-compiler/sections/, drives a tiny compile end to end under two names for the same keys."""
+compiler/keys/sections/, drives a tiny compile end to end under two names for the same keys."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from dataclasses import field, make_dataclass
 import pytest
 import yaml
 from jsonschema import Draft202012Validator
-from tuner.compiler import spellings
-from tuner.compiler.declare import sections, setting
+from tuner.compiler.artefacts.emit import declared_values, render_yaml
+from tuner.compiler.canonical import spellings
+from tuner.compiler.canonical.normalise import normalise
 from tuner.compiler.diagnostics import Diagnostics
-from tuner.compiler.emit import declared_values, render_yaml
-from tuner.compiler.normalise import normalise
-from tuner.compiler.schema import accelerate_names, index_of
-from tuner.compiler.schema_gen import input_schema, settings_schema
+from tuner.compiler.keys.declare import sections, setting
+from tuner.compiler.keys.schema import accelerate_names, index_of
+from tuner.compiler.keys.schema_gen import input_schema, settings_schema
 from tuner.tui.layout import _main_keys
 
 

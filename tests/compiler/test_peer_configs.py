@@ -23,13 +23,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tuner.compiler import compile_text
+from tuner.compiler.artefacts.emit import DECIDED_KEYS, DS_KEYS_FORBIDDEN_WITH_FILE
+from tuner.compiler.formats.importer import ImportError_, ImportRefused, import_files, to_toml
 
 from tests.compiler.helpers import load_accelerate
 from tests.compiler.interop import deepspeed_effective, import_and_compile, launch_view, script_filled
 from tests.conftest import PEER_CONFIGS, REPO
-from tuner.compiler import compile_text
-from tuner.compiler.emit import DECIDED_KEYS, DS_KEYS_FORBIDDEN_WITH_FILE
-from tuner.compiler.importer import ImportError_, ImportRefused, import_files, to_toml
 
 DATA = REPO / "tests" / "compiler" / "data"
 YAMLS = (sorted(p for p in PEER_CONFIGS.rglob("*.y*ml") if "axolotl" not in p.parts) + sorted((DATA / "trl").glob("*.yaml"))

@@ -19,11 +19,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from tuner.cli import main
+from tuner.commands.cli import main
 from tuner.compiler import compile_file, compile_inputs, compile_text, gather
-from tuner.compiler.hardware import FACTS_ENV, GpuInfo, HardwareFacts
-from tuner.compiler.source import read_settings
+from tuner.compiler.read.hardware import FACTS_ENV, GpuInfo, HardwareFacts
+from tuner.compiler.read.source import read_settings
 
 GIB = 1024**3
 REPO = Path(__file__).resolve().parents[2]
@@ -89,8 +88,8 @@ AUDIT = textwrap.dedent('''
             importlib.import_module(m.name)
     import yaml  # noqa: F401 - the YAML parser, imported lazily by files.parse_yaml
     from tuner.compiler import compile_inputs, compile_text, gather
-    from tuner.compiler.hardware import GpuInfo, HardwareFacts
-    from tuner.compiler.source import read_settings
+    from tuner.compiler.read.hardware import GpuInfo, HardwareFacts
+    from tuner.compiler.read.source import read_settings
 
     compile_text('[model]\\npath = "builtin:tiny-llama"\\n')  # package data (schema, rules) loaded once
 

@@ -1,4 +1,4 @@
-"""The JSON Schemas are generated from the one declaration (compiler/sections/), and the
+"""The JSON Schemas are generated from the one declaration (compiler/keys/sections/), and the
 editor input schema accepts what `tuner compile` accepts.
 
 * The committed schemas/*.schema.json are byte-for-byte what the generator writes: edit the
@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 import tomlkit
 from jsonschema import Draft202012Validator
+from tuner.compiler import compile_text
+from tuner.compiler.keys import schema_gen
+from tuner.compiler.keys.schema import index
 
 from tests.conftest import EXAMPLES
-from tuner.compiler import compile_text, schema_gen
-from tuner.compiler.schema import index
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 INPUT_SCHEMA = SCHEMAS / schema_gen.INPUT_SCHEMA_FILE
@@ -33,7 +34,7 @@ INPUT_SCHEMA = SCHEMAS / schema_gen.INPUT_SCHEMA_FILE
 def test_committed_schema_file_is_the_generated_one(name):
     generated = schema_gen.files()[name]
     committed = (SCHEMAS / name).read_text(encoding="utf-8") if (SCHEMAS / name).is_file() else ""
-    assert committed == generated, (f"schemas/{name} differs from the declaration (compiler/sections/): "
+    assert committed == generated, (f"schemas/{name} differs from the declaration (compiler/keys/sections/): "
                                     f"run `{schema_gen.REGENERATE}` and commit the result")
 
 

@@ -10,14 +10,15 @@ import dataclasses
 import json
 
 import pytest
-from tuner.compiler import compile_inputs, compile_source, compile_text, deepspeed_config, gather
+from tuner.compiler import compile_inputs, compile_source, compile_text, gather
+from tuner.compiler.artefacts import deepspeed_config
+from tuner.compiler.canonical.normalise import normalise
 from tuner.compiler.diagnostics import Diagnostics
-from tuner.compiler.hardware import FACTS_ENV, HardwareFacts
-from tuner.compiler.normalise import normalise
-from tuner.compiler.platform_probe import detect_platform
-from tuner.compiler.rules import check
-from tuner.compiler.settings import Settings
-from tuner.compiler.source import read_settings
+from tuner.compiler.keys.settings import Settings
+from tuner.compiler.plan.rules import check
+from tuner.compiler.read.hardware import FACTS_ENV, HardwareFacts
+from tuner.compiler.read.platform_probe import detect_platform
+from tuner.compiler.read.source import read_settings
 
 from tests.compiler.stage_trace import ORDER, trace
 
@@ -107,8 +108,8 @@ def test_no_compile_path_function_reads_when_an_argument_is_left_out(tmp_path, m
     # rules need the detected platform; the model's size needs its gathered facts
     with pytest.raises(TypeError):
         check(n, Diagnostics())  # type: ignore[call-arg]
-    from tuner.compiler.estimate_model import model_size
-    from tuner.compiler.model_facts import nvme_bytes
+    from tuner.compiler.memory.model import model_size
+    from tuner.compiler.plan.model_facts import nvme_bytes
 
     result = compile_text('[model]\npath = "builtin:tiny-llama"\n', facts=CPU)
     with pytest.raises(TypeError):

@@ -1,4 +1,4 @@
-"""The strategy is a `Strategy` enum (compiler/strategy.py) that code reads through its
+"""The strategy is a `Strategy` enum (compiler/plan/strategy.py) that code reads through its
 properties: no production module tests it as a string (``startswith("zero")``,
 ``== "fsdp1"``, ``in ("fsdp1", "fsdp2")``), so that a type checker sees a rename. The
 manifest keeps the strings."""
@@ -10,9 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from tuner.compiler import compile_text
-from tuner.compiler.strategy import Strategy
+from tuner.compiler.plan.strategy import Strategy
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCTION = ("compiler", "runtime", "tui", "tuner", "schemas")
@@ -61,7 +60,7 @@ def test_no_production_module_tests_the_strategy_as_a_string():
              for folder in PRODUCTION for path in sorted((REPO / folder).rglob("*.py"))
              if path != REPO / "compiler" / "strategy.py"  # the one place that reads the string
              for line, what in string_tests(path.read_text(encoding="utf-8"))]
-    assert found == [], "read the strategy through tuner.compiler.strategy.Strategy:\n" + "\n".join(found)
+    assert found == [], "read the strategy through tuner.compiler.plan.strategy.Strategy:\n" + "\n".join(found)
 
 
 @pytest.mark.parametrize("strategy,deepspeed,stage,fsdp,version,sharded", [

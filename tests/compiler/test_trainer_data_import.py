@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from tuner.compiler.importer import import_files
+from tuner.compiler.formats.importer import import_files
 
 from tests.conftest import REPO
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 def settings(model: Path, **data):
-    from tuner.compiler.settings import Settings
+    from tuner.compiler.keys.settings import Settings
 
     s = Settings()
     s.model.path = str(model)

@@ -8,7 +8,6 @@ import pytest
 
 def test_sentence_transformers_columns_from_parquet(tmp_path):
     from datasets import Dataset
-
     from tuner.runtime.families.embedding.data import read_pairs
 
     Dataset.from_list([{"anchor": f"q{i}", "positive": f"p{i}", "negative": f"n{i}"} for i in range(5)]
@@ -21,7 +20,7 @@ def test_sentence_transformers_columns_from_parquet(tmp_path):
 
 
 def test_mapped_columns_and_hard_negative_lists(tmp_path):
-    from tuner.compiler.settings import Settings
+    from tuner.compiler.keys.settings import Settings
     from tuner.runtime.families.embedding.data import read_pairs
 
     (tmp_path / "p.csv").write_text("question,answer\nwhat,that\nwho,them\n")

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tuner.compiler.settings import Settings
+from tuner.compiler.keys.settings import Settings
 from tuner.runtime.families.base import FamilyContext, FamilyError
 from tuner.runtime.families.diffusion.data import ImageDataset
 from tuner.runtime.families.diffusion.family import DiffusionFamily

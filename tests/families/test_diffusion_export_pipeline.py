@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tuner.compiler.settings import Settings
+from tuner.compiler.keys.settings import Settings
 from tuner.runtime.families.base import FamilyContext
 from tuner.runtime.families.diffusion.family import DiffusionFamily
 from tuner.runtime.families.text import build_tiny_tokenizer

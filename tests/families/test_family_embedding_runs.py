@@ -20,7 +20,7 @@ FAST = (f"training.max_steps={STEPS}", "training.validation_every=0")
 
 def _baseline_recall() -> tuple[float, list[dict]]:
     """Held-out recall@1 of the untrained packaged model, on the split the runs use."""
-    from tuner.compiler.settings import Settings
+    from tuner.compiler.keys.settings import Settings
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.embedding import EmbeddingFamily
     from tuner.runtime.families.embedding.evaluate import evaluate_retrieval
@@ -61,7 +61,6 @@ def test_minilm_improves_held_out_recall(runs, baseline, name):
 @pytest.mark.parametrize("name", ["full", "lora"])
 def test_export_loads_and_embeds_like_the_trained_model(runs, baseline, name):
     from transformers import AutoModel, AutoTokenizer
-
     from tuner.runtime.families.embedding.evaluate import encode
     from tuner.runtime.families.embedding.model import EmbeddingModel
 

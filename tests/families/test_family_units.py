@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from tuner.runtime.families.diffusion import data as diffusion_data
 from tuner.runtime.families.diffusion.ema import EMA
 from tuner.runtime.families.diffusion.family import DiffusionFamily
@@ -63,8 +62,7 @@ def test_pairs_collate_stacks_queries_positives_negatives():
 
 def test_scheduler_targets():
     from diffusers import DDPMScheduler, FlowMatchEulerDiscreteScheduler
-
-    from tuner.compiler.settings import Settings
+    from tuner.compiler.keys.settings import Settings
     from tuner.runtime.families.base import FamilyContext
 
     fam = DiffusionFamily(FamilyContext(settings=Settings.from_dict({"model": {"family": "diffusion"}}),

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from tuner.compiler import compile_text
 from tuner.compiler.diagnostics import EXIT_USAGE
-from tuner.compiler.importer import import_files
-from tuner.compiler.settings import Settings
+from tuner.compiler.formats.importer import import_files
+from tuner.compiler.keys.settings import Settings
 from tuner.runtime.families.base import FamilyContext, FamilyError
 from tuner.runtime.families.lora import quantization_kwargs
 
@@ -96,7 +96,7 @@ def test_qlora_without_bitsandbytes_is_refused_before_any_rank(tmp_path):
                   "--set", "model.base_precision=nf4-bnb")
     assert c.returncode == 0, c.stderr
     code = ("import sys; sys.modules['bitsandbytes'] = None\n"
-            f"from tuner.cli import main; sys.exit(main(['run', {str(tmp_path / 'build')!r}]))")
+            f"from tuner.commands.cli import main; sys.exit(main(['run', {str(tmp_path / 'build')!r}]))")
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert p.returncode == EXIT_USAGE, p.stderr
     assert "model.base_precision = \"nf4-bnb\" (QLoRA) needs bitsandbytes, which is not installed: pip install bitsandbytes" \

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 from tuner.compiler.diagnostics import EXIT_USAGE
-from tuner.compiler.settings import Settings
+from tuner.compiler.keys.settings import Settings
 from tuner.runtime import tracking
 from tuner.runtime.progress import Reporter
 
@@ -103,7 +103,7 @@ def test_a_tracker_that_is_not_installed_is_refused_before_any_rank(tmp_path):
                   "--set", "report_to=tensorboard,mlflow")  # the HF Trainer's name
     assert c.returncode == 0, c.stderr
     code = ("import sys; sys.modules['tensorboard'] = None; sys.modules['mlflow'] = None\n"
-            f"from tuner.cli import main; sys.exit(main(['run', {str(tmp_path / 'build')!r}]))")
+            f"from tuner.commands.cli import main; sys.exit(main(['run', {str(tmp_path / 'build')!r}]))")
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert p.returncode == EXIT_USAGE, p.stderr
     assert ('logging.log_with = ["tensorboard"] needs tensorboard, which is not installed: '

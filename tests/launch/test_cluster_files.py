@@ -1,4 +1,4 @@
-"""The launch files `tuner compile` writes beside the artefacts (compiler/cluster.py), checked
+"""The launch files `tuner compile` writes beside the artefacts (compiler/artefacts/cluster.py), checked
 in-process: shell scripts pass `bash -n` and shellcheck, Kubernetes manifests validate against
 the operators' own CRDs (tests/launch/crds/, see PROVENANCE.md) with unknown fields refused,
 and launch.sh really starts a machine (a dry run with a stand-in Python)."""
@@ -14,10 +14,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from tuner.compiler import compile_text
+from tuner.compiler.artefacts import cluster
 
 from tests.debian import install_command
-from tuner.compiler import compile_text
-from tuner.compiler import cluster
 
 CRDS = Path(__file__).resolve().parent / "crds"
 

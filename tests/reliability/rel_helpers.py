@@ -27,7 +27,7 @@ def tuner(*argv: str, timeout_s: int = 60) -> tuple[int, str, str]:
     A SIGALRM bounds it, so a command that would block (a FIFO read) fails the test instead
     of hanging the suite.
     """
-    from tuner.cli import main
+    from tuner.commands.cli import main
 
     out, err = io.StringIO(), io.StringIO()
 

@@ -1,4 +1,4 @@
-"""`tuner.compiler.files.write_atomic`: the one writer for a file a person keeps (settings
+"""`tuner.compiler.read.files.write_atomic`: the one writer for a file a person keeps (settings
 from the wizard and `tuner import`, the wizard's recovery file). Real file systems, a real
 full disk (tmpfs), no mocks."""
 
@@ -9,9 +9,9 @@ import os
 import stat
 
 import pytest
+from tuner.compiler.read.files import write_atomic
 
 from tests.reliability.rel_helpers import tiny_tmpfs
-from tuner.compiler.files import write_atomic
 
 
 def _umask() -> int:

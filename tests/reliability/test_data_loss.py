@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from tuner.compiler import compile_text
+from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
 from tests.reliability.conftest import run_env
 from tests.reliability.rel_helpers import EXAMPLES, tiny_tmpfs, tuner
-from tuner.compiler import compile_text
-from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
 ZERO1 = (EXAMPLES / "zero1.toml").read_text(encoding="utf-8")
 DDP = (EXAMPLES / "ddp.toml").read_text(encoding="utf-8")
@@ -88,7 +88,7 @@ def test_a_failure_part_way_leaves_the_previous_set_and_no_temporaries(tmp_path)
 def test_a_failed_move_puts_the_previous_set_back(tmp_path, monkeypatch):
     """Fault injection (a rename failing cannot be provoked for real): the manifest's move
     fails after the YAML moved; the previous set is restored and no temporaries remain."""
-    from tuner.compiler import build_writer, emit
+    from tuner.compiler.artefacts import build_writer, emit
 
     out = tmp_path / "build"
     compile_text(ZERO1, path=tmp_path / "s.toml", out_dir=out).write()

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from tuner.compiler import diagnostics
+from tuner.compiler.diagnostics import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 
 from tests.reliability.conftest import run_env, write_tiny_run
 from tests.reliability.rel_helpers import DOCUMENTED, EXAMPLES, tiny_tmpfs, tuner
-from tuner.compiler import diagnostics
-from tuner.compiler.diagnostics import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 
 
 def test_every_exit_code_is_defined_once_and_documented():
@@ -50,7 +50,7 @@ def test_a_missing_optional_package_names_the_extra(tmp_path, command, missing, 
     """Installed without an extra, `tuner` and `tuner run` say what to install (exit 2), never
     a traceback. The package is made unimportable in a fresh interpreter (None in sys.modules)."""
     code = (f"import sys; sys.modules[{missing!r}] = None\n"
-            f"from tuner.cli import main; sys.exit(main({command!r}))")
+            f"from tuner.commands.cli import main; sys.exit(main({command!r}))")
     (tmp_path / "ddp.toml").write_text((EXAMPLES / "ddp.toml").read_text())  # its output stays in tmp_path
     assert tuner("compile", tmp_path / "ddp.toml", "--out", tmp_path / "build")[0] == EXIT_OK
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
@@ -72,7 +72,7 @@ def test_piped_into_head_exits_quietly():
 def test_dev_full_error_reads_no_space_left_naming_the_path():
     """The message every command prints for ENOSPC, from a real failed write (/dev/full);
     the tmpfs tests below fill a real file system under the commands themselves."""
-    from tuner.compiler.files import describe_os_error
+    from tuner.compiler.read.files import describe_os_error
 
     try:
         with open("/dev/full", "w") as fh:

@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
+from tuner.compiler.diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 
 from tests.reliability.rel_helpers import EXAMPLES, assert_honest, tuner
-from tuner.compiler.diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 
 DEEP_JSON = "[" * 100_000 + "]" * 100_000
 
@@ -128,9 +128,8 @@ def test_accelerate_key_list_matches_accelerate():
 
     from accelerate.commands.config.config_args import ClusterConfig
     from accelerate.utils import DynamoBackend
-
-    from tuner.compiler import emit
-    from tuner.compiler.schema import index
+    from tuner.compiler.artefacts import emit
+    from tuner.compiler.keys.schema import index
 
     assert emit.ACCELERATE_CONFIG_KEYS == {f.name for f in dataclasses.fields(ClusterConfig)} | {"fp16", "dynamo_backend"}
     assert set(index().keys["accelerate.dynamo_backend"].enum) == {b.value.lower() for b in DynamoBackend}
@@ -224,7 +223,7 @@ def test_a_config_json_with_absurd_dimensions_is_not_counted(tmp_path):
     """Found by the property test: a hidden_size of 2**63 overflowed the report's float
     arithmetic. A config saying more than a quadrillion parameters is not counted (the
     estimate then asks for `tuner blocks`), and nothing raises."""
-    from tuner.compiler.estimate_shapes import MAX_PARAMETERS, analytic_count
+    from tuner.compiler.memory.shapes import MAX_PARAMETERS, analytic_count
 
     absurd = {"model_type": "bert", "hidden_size": 2**63, "num_hidden_layers": 0, "vocab_size": 1e297}
     assert analytic_count(absurd) is None

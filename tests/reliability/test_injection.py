@@ -1,5 +1,5 @@
 """Issue 27 item 9: settings never become commands. Every value that reaches launch.sh,
-slurm.sbatch or the Kubernetes manifests is validated by what it is (compiler/patterns.py)
+slurm.sbatch or the Kubernetes manifests is validated by what it is (compiler/canonical/patterns.py)
 and quoted where it is written; diagnostics never echo a value's control characters raw.
 
 The generated scripts are really run with bash: `TUNER_PYTHON` points at a probe that
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tuner.compiler.diagnostics import EXIT_INVALID, EXIT_OK
 
 from tests.reliability.rel_helpers import assert_honest, tuner
-from tuner.compiler.diagnostics import EXIT_INVALID, EXIT_OK
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="bash scripts")
 

@@ -12,14 +12,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tuner.compiler.diagnostics import EXIT_INTERRUPTED, EXIT_RANK_FAILED, EXIT_USAGE
 
 from tests.launch.launch_helpers import compile_build, env
-from tuner.compiler.diagnostics import EXIT_INTERRUPTED, EXIT_RANK_FAILED, EXIT_USAGE
 
 REPO = Path(__file__).resolve().parents[2]
 
 #: Runs `python -m tuner ARGV` and sends itself SIGINT at the K-th module import counted from
-#: `tuner.cli`'s: a Ctrl-C that lands while tuner is still importing (the first tenth of a
+#: `tuner.commands.cli`'s: a Ctrl-C that lands while tuner is still importing (the first tenth of a
 #: second), at a chosen place instead of a timing that a busy machine shifts.
 CHILD = textwrap.dedent("""\
     import os, runpy, signal, sys
@@ -28,7 +28,7 @@ CHILD = textwrap.dedent("""\
         global count, armed
         if event != "import":
             return
-        armed = armed or args[0] == "tuner.cli"
+        armed = armed or args[0] == "tuner.commands.cli"
         if armed:
             count += 1
             if count == K:

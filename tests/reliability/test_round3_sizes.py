@@ -11,10 +11,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from tuner.compiler.diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from tuner.compiler.read.files import MAX_CONFIG_BYTES
 
 from tests.reliability.rel_helpers import assert_honest, tuner
-from tuner.compiler.diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE
-from tuner.compiler.files import MAX_CONFIG_BYTES
 
 CPU = '[hardware]\nplatform = "cpu"\nnum_processes = 1\n'
 

@@ -12,15 +12,15 @@ import subprocess
 import sys
 
 import pytest
-
-from tests.conftest import EXAMPLES, run_tuner
 from tuner.compiler.diagnostics import EXIT_USAGE
 from tuner.runtime.extras import EXTRA_OF, install_hint
+
+from tests.conftest import EXAMPLES, run_tuner
 
 
 def _hidden_run(tmp_path, package: str, argv: list[str]) -> subprocess.CompletedProcess:
     code = (f"import sys; sys.modules[{package!r}] = None\n"
-            f"from tuner.cli import main; sys.exit(main({argv!r}))")
+            f"from tuner.commands.cli import main; sys.exit(main({argv!r}))")
     return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
 
 

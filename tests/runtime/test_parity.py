@@ -12,9 +12,8 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from runtime_helpers import assert_ok, merged, tuner_run
+from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +38,7 @@ def _initial_weights():
     from pathlib import Path
 
     from accelerate.utils import set_seed
-
-    from tuner.compiler.settings import Settings
+    from tuner.compiler.keys.settings import Settings
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.causal_lm import CausalLMFamily
 

@@ -6,8 +6,7 @@ import subprocess
 import sys
 
 import pytest
-
-from tuner.compiler.strategy import Strategy
+from tuner.compiler.plan.strategy import Strategy
 from tuner.runtime import checkpoint as ck
 from tuner.runtime.artefacts import RunError
 from tuner.runtime.maintenance import clear_offload_cache, stale_but_kept
@@ -92,7 +91,6 @@ def test_clear_offload_cache_removes_only_deepspeed_swap_dirs(tmp_path):
 
 def test_lr_schedule_is_transformers_get_scheduler():
     import torch
-
     from tuner.runtime.optim import lr_schedule
 
     def lrs(kind, warmup, total, steps):

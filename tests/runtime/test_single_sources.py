@@ -1,5 +1,5 @@
 """The runtime (and the CLI) re-declare nothing the compiler declares: the artefact file names
-come from compiler/emit.py, the plan's fields from compiler/rules.py's `Plan`, the exit codes
+come from compiler/artefacts/emit.py, the plan's fields from compiler/plan/rules.py's `Plan`, the exit codes
 from compiler/diagnostics.py (the import contracts allow runtime -> compiler)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from tuner.compiler import emit
-from tuner.compiler.rules import Plan
+from tuner.compiler.artefacts import emit
+from tuner.compiler.plan.rules import Plan
 
 REPO = Path(__file__).resolve().parents[2]
 FOLDERS = ("runtime", "tuner")
@@ -26,7 +26,7 @@ def _modules():
 def test_no_artefact_file_name_is_spelled_again():
     found = [f"{rel}:{node.lineno}: {node.value!r}" for rel, tree in _modules() for node in ast.walk(tree)
              if isinstance(node, ast.Constant) and node.value in FILE_NAMES]
-    assert found == [], "use the names compiler/emit.py declares:\n" + "\n".join(found)
+    assert found == [], "use the names compiler/artefacts/emit.py declares:\n" + "\n".join(found)
 
 
 def test_no_exit_code_is_declared_again():

@@ -13,7 +13,6 @@ import json
 
 import pytest
 import torch
-
 from runtime_helpers import assert_ok, merged, tuner_run
 
 pytestmark = pytest.mark.slow
@@ -46,10 +45,11 @@ def trained(request, runtime_tmp):
 def _train_rows(run_dir):
     from pathlib import Path
 
-    from tests.runtime.trace_callbacks import row_keys
-    from tuner.compiler.settings import Settings
+    from tuner.compiler.keys.settings import Settings
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.causal_lm import CausalLMFamily
+
+    from tests.runtime.trace_callbacks import row_keys
 
     s = Settings()
     s.data.path, s.data.validation_path, s.data.seq_len = "train.jsonl", "val.jsonl", 32
@@ -135,7 +135,7 @@ def test_export_matches_trained_model(trained):
 def _rows_tensor(run_dir):
     from pathlib import Path
 
-    from tuner.compiler.settings import Settings
+    from tuner.compiler.keys.settings import Settings
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.causal_lm import CausalLMFamily
 

@@ -9,14 +9,13 @@ import sys
 import warnings
 
 import pytest
+from tuner.compiler.memory.estimate import analytic_shapes
+from tuner.compiler.read import block_cache
+from tuner.compiler.read import builtin_models as tiny_configs
+from tuner.runtime.blocks import DetectionError, detect
 
 from tests.conftest import run_tuner
 from tests.services.conftest import LLAMA
-
-from tuner.compiler import block_cache
-from tuner.compiler.estimate import analytic_shapes
-from tuner.compiler import builtin_models as tiny_configs
-from tuner.runtime.blocks import DetectionError, detect
 
 
 def test_builtin_registry_matches_real_meta_builds():
@@ -131,7 +130,7 @@ def test_cli_blocks_json_cache_and_clear(models):
     data = json.loads(out.stdout)
     assert data["ok"] and data["suggested"] == ["BertLayer"] and data["cached"] is False
     # A cached answer needs no torch: run the CLI in-process in a fresh interpreter and look.
-    code = ("import sys; from tuner.cli import main; rc = main(['blocks', %r, '--json']); "
+    code = ("import sys; from tuner.commands.cli import main; rc = main(['blocks', %r, '--json']); "
             "heavy = [m for m in ('torch', 'transformers', 'diffusers') if m in sys.modules]; "
             "print('HEAVY', heavy); sys.exit(rc)" % path)
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, timeout=60)

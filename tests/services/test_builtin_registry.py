@@ -1,16 +1,16 @@
-"""One registry of built-in models (`tuner.compiler.builtin_models`) that every command reads:
+"""One registry of built-in models (`tuner.compiler.read.builtin_models`) that every command reads:
 a built-in the runtime trains is one that `tuner estimate` and `tuner blocks` know.
 (`tests/services/test_blocks.py` checks each entry against a real meta-device build.)"""
 
 from __future__ import annotations
 
-from tests.conftest import run_tuner
-from tuner.compiler import builtin_models
 import pytest
-
+from tuner.compiler.read import builtin_models
 from tuner.runtime.families.base import FamilyError
 from tuner.runtime.families.causal_lm import builtin_shape
 from tuner.runtime.families.diffusion.denoiser import DEFAULT_BY_FLAVOUR, tiny_denoiser_config
+
+from tests.conftest import run_tuner
 
 
 def test_the_families_build_their_builtins_from_the_registry():

@@ -6,11 +6,11 @@ import json
 import socket
 
 import pytest
+from tuner.compiler import compile_text
+from tuner.compiler.read import hardware
+from tuner.compiler.read.hardware import GIB, GpuInfo, HardwareFacts
 
 from tests.conftest import run_tuner
-
-from tuner.compiler import compile_text, hardware
-from tuner.compiler.hardware import GIB, GpuInfo, HardwareFacts
 
 DS = '[model]\npath = "builtin:tiny-llama"\n[hardware]\nnum_processes = 2\n[deepspeed]\nenabled = true\nzero_stage = 2\n'
 

@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from tuner.compiler import compile_file, compile_text
+from tuner.compiler.memory.estimate import COMPARED, GIB, ModelSize, estimate, render_for_text
+from tuner.compiler.plan import model_facts
+from tuner.compiler.read.inputs import find_model
 
 from tests.conftest import run_tuner
 from tests.services.conftest import LLAMA2_7B, write_model
-
-from tuner.compiler import compile_file, compile_text, model_facts
-from tuner.compiler.estimate import COMPARED, GIB, ModelSize, estimate, render_for_text
-from tuner.compiler.inputs import find_model
 
 P = 1000
 
@@ -232,7 +232,7 @@ def test_compile_stays_torch_free_with_services_in_play(tmp_path, models):
     path = tmp_path / "settings.toml"
     path.write_text(f'[model]\npath = "{models["llama"]}"\n[hardware]\nnum_processes = 2\n'
                     '[fsdp]\nenabled = true\ntransformer_layer_cls_to_wrap = ["LlamaDecoderLayer"]\n')
-    code = ("import sys; from tuner.cli import main; rc = main(['compile', %r, '-q']); "
+    code = ("import sys; from tuner.commands.cli import main; rc = main(['compile', %r, '-q']); "
             "heavy = [m for m in ('torch', 'accelerate', 'deepspeed', 'textual', 'transformers', 'diffusers') "
             "if m in sys.modules]; print('HEAVY', heavy); sys.exit(rc)" % str(path))
     env = {**os.environ, "TUNER_HARDWARE_FACTS": str(facts)}

@@ -16,11 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from tuner.compiler import compile_file
+from tuner.compiler.memory.estimate import estimate
 
 from tests.conftest import run_tuner
-
-from tuner.compiler import compile_file
-from tuner.compiler.estimate import estimate
 
 HELPER = Path(__file__).with_name("_measure_ranks.py")
 KINDS = ("params", "grads", "optimizer", "master")

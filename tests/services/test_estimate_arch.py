@@ -11,15 +11,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from tuner.compiler import compile_file
+from tuner.compiler.memory.estimate import estimate
+from tuner.compiler.memory.lora import decoder_lora
+from tuner.compiler.memory.model import histogram
+from tuner.compiler.memory.shapes import CLASS_DEFAULTS, DENSE, MOE, analytic_count, architecture
+from tuner.runtime.blocks import build_model, detect
 
 from tests.services.conftest import write_model
-
-from tuner.compiler import compile_file
-from tuner.compiler.estimate import estimate
-from tuner.compiler.estimate_lora import decoder_lora
-from tuner.compiler.estimate_model import histogram
-from tuner.compiler.estimate_shapes import CLASS_DEFAULTS, DENSE, MOE, analytic_count, architecture
-from tuner.runtime.blocks import build_model, detect
 
 #: Published config.json shape fields (Hugging Face hub), and the published parameter totals.
 PUBLISHED = {

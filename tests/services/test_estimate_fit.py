@@ -8,13 +8,12 @@ import subprocess
 import sys
 
 import pytest
+from tuner.compiler import compile_file, compile_text
+from tuner.compiler.memory.activations import decoder_layer_values, image_tokens
+from tuner.compiler.memory.estimate import GIB, GPU_MARGIN, ModelSize, estimate
+from tuner.compiler.read.hardware import HardwareFacts
 
 from tests.services.conftest import LLAMA2_7B, write_model
-
-from tuner.compiler import compile_file, compile_text
-from tuner.compiler.estimate import GIB, GPU_MARGIN, ModelSize, estimate
-from tuner.compiler.estimate_activations import decoder_layer_values, image_tokens
-from tuner.compiler.hardware import HardwareFacts
 
 LLAMA3_8B = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
              "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -107,8 +106,8 @@ def test_unet_activations_follow_the_resolution():
 
 
 def test_detected_flux_keeps_its_single_stream_blocks(tmp_path):
-    from tuner.compiler.estimate_model import model_size
-    from tuner.compiler.inputs import find_model
+    from tuner.compiler.memory.model import model_size
+    from tuner.compiler.read.inputs import find_model
     from tuner.runtime.blocks import detect
 
     tiny = {"_class_name": "FluxTransformer2DModel", "patch_size": 1, "in_channels": 16, "num_layers": 1,
@@ -221,7 +220,7 @@ def test_host_ram_bottleneck_names_the_loading_switch(tmp_path):
 
 
 def test_ddp_host_bottleneck_says_only_the_sharded_loaders_help(tmp_path):
-    from tuner.compiler.estimate import host_advice
+    from tuner.compiler.memory.estimate import host_advice
 
     r = _llama7b(tmp_path, '[hardware]\nplatform = "cuda"\nnum_processes = 8\ngpu_memory_gib = 80\n'
                            'host_memory_gib = 200\n[training]\nmixed_precision = "bf16"\n[checkpoint]\nexport = false\n')

@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tuner.compiler.hardware import GIB, GpuInfo, HardwareFacts
+from tuner.compiler.read.hardware import GIB, GpuInfo, HardwareFacts
 from tuner.tui.app import WizardApp
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 from tuner.tui.fields import dom_id
 from tuner.tui.model import WizardState
-from tuner.tui.services import ServiceUnavailable, Services, Templates
+from tuner.tui.services import Services, ServiceUnavailable, Templates
 
 #: What a fake `tuner doctor` reports: two 80 GiB GPUs on CUDA (its own HardwareFacts, as a dict).
 FAKE_FACTS = HardwareFacts(

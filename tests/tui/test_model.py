@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from tuner.compiler.schema import index
+from tuner.compiler.keys.schema import index
 from tuner.tui.document import SettingsDocument
 from tuner.tui.layout import STEP_IDS, STEPS, canonical_key, label, parse_input, step_of
 from tuner.tui.model import SaveRefused, WizardState

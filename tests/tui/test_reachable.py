@@ -10,9 +10,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from tuner.compiler import compile_file
-from tuner.compiler.schema import index
+from tuner.compiler.keys.schema import index
 from tuner.tui.fields import FieldRow
 from tuner.tui.layout import MERGED, STEPS, STRATEGY_KEYS
 from tuner.tui.model import WizardState
@@ -95,7 +94,7 @@ async def test_quick_start_7b_on_8x80gb_lands_on_review_and_saves_a_compiling_fi
 
 
 def test_every_key_declares_its_wizard_step():
-    """The step (and main-field order) of each key is declared with it (compiler/sections/):
+    """The step (and main-field order) of each key is declared with it (compiler/keys/sections/):
     a real step, and no two main fields of a step in the same place."""
     from tuner.tui.layout import STEP_IDS
 

@@ -9,12 +9,11 @@ import sys
 import textwrap
 
 import pytest
-
-from tuner.compiler.block_cache import ClassStat, DetectionResult
+from tuner.compiler.read.block_cache import ClassStat, DetectionResult
 from tuner.tui.blocks import parse_detection
 from tuner.tui.services import ServiceUnavailable
 
-from .conftest import Calls, FAKE_BLOCKS, fake_services, make_app, type_into, unavailable_services, widget
+from .conftest import FAKE_BLOCKS, Calls, fake_services, make_app, type_into, unavailable_services, widget
 
 pytestmark = pytest.mark.tui
 
@@ -119,7 +118,7 @@ async def test_maintenance_clears_both_caches_with_toast_and_status(tmp_path, _w
 
 async def test_maintenance_without_the_services_says_unavailable(tmp_path, _wizard_env):
     def missing():
-        raise ServiceUnavailable("The block-detection cache is not available (tuner.compiler.block_cache is missing)")
+        raise ServiceUnavailable("The block-detection cache is not available (tuner.compiler.read.block_cache is missing)")
 
     app = make_app(_wizard_env / "settings.toml", "[hardware]\nnum_processes = 2\n",
                    services=unavailable_services(tmp_path), tmp_path=tmp_path)

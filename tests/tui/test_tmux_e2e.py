@@ -80,7 +80,7 @@ from tuner.tui.review import ReviewPane
 def boom(self):
     raise RuntimeError("deliberate test crash")
 ReviewPane.sync = boom
-from tuner.cli import main
+from tuner.commands.cli import main
 sys.exit(main(["wizard"]))
 """
 

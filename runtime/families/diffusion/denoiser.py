@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuner.compiler import builtin_models
-
+from ....compiler.read import builtin_models
 from ..base import FamilyError
 
 #: Subfolder names a diffusers pipeline folder uses for the denoiser.
 DENOISER_DIRS = ("unet", "transformer")
 
-#: `model.path = "builtin"` picks by flavour, from the one registry (compiler/builtin_models.py).
+#: `model.path = "builtin"` picks by flavour, from the one registry (compiler/read/builtin_models.py).
 DEFAULT_BY_FLAVOUR = {**builtin_models.DEFAULT_BY_DIFFUSION_FLAVOUR, "": builtin_models.DEFAULT_BY_FAMILY["diffusion"]}
 
 

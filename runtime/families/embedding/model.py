@@ -14,7 +14,7 @@ def tiny_bert_config(vocab_size: int):
     from transformers import BertConfig
 
     try:  # the shared registry of tiny configurations (what `tuner blocks` inspects)
-        from tuner.compiler.builtin_models import config_dict
+        from ....compiler.read.builtin_models import config_dict
 
         cfg = {k: v for k, v in config_dict("tiny-bert").items() if k not in ("model_type", "architectures")}
         cfg["vocab_size"] = vocab_size

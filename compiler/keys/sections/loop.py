@@ -1,0 +1,118 @@
+"""Declared settings: the optimisation loop and its checkpoints.
+
+Each field is one key, declared once with `setting` (see `compiler/keys/declare.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...canonical import spellings
+from ..declare import setting
+
+
+@dataclass
+class TrainingSettings:
+    """The optimisation loop."""
+
+    title: ClassVar[str] = "Training"
+    step: ClassVar[str] = "precision"
+    mixed_precision: str = setting(
+        "no", aliases=("mixed_precision",), choices=("no", "fp16", "bf16"), spellings=spellings.precision,
+        accelerate=("mixed_precision",), order=0,
+        help="Mixed precision.")
+    micro_batch_size: int = setting(
+        1,
+        aliases=("train_batch_size", "batch_size", "per_device_train_batch_size", "train_micro_batch_size_per_gpu"),
+        minimum=1, order=1,
+        help="Samples per rank per forward pass.")
+    gradient_accumulation_steps: int = setting(
+        1, aliases=("gradient_accumulation_steps",), minimum=1,
+        accelerate=("deepspeed_config.gradient_accumulation_steps",), order=2,
+        help="Micro-batches accumulated before each optimizer step.")
+    learning_rate: float = setting(
+        0.0001, aliases=("learning_rate", "lr"), exclusive_minimum=0, order=3,
+        help="Peak learning rate.")
+    optimizer: str = setting(
+        "adamw", aliases=("optimizer", "optim"), choices=("adamw", "adam", "sgd", "lion", "prodigy"),
+        spellings=spellings.optimizer, order=6,
+        help="Optimizer for non-DeepSpeed runs (lion needs the lion-pytorch package, prodigy prodigyopt).")
+    weight_decay: float = setting(
+        0.0, aliases=("weight_decay", "adam_weight_decay"), minimum=0,
+        help="Weight decay.")
+    lr_scheduler: str = setting(
+        "constant", aliases=("lr_scheduler",),
+        choices=("constant", "linear", "cosine", "constant_with_warmup", "polynomial", "cosine_with_restarts",
+                 "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay"),
+        order=7,
+        help="LR schedule (transformers.get_scheduler's names).")
+    warmup_steps: int = setting(
+        0, aliases=("lr_warmup_steps", "warmup_steps"), minimum=0, order=5,
+        help="Linear warmup steps.")
+    warmup_ratio: float = setting(
+        0.0, aliases=("warmup_ratio", "lr_warmup_ratio"), minimum=0, maximum=1,
+        help="Warmup as a fraction of the training steps (used when warmup_steps is 0).")
+    max_steps: int = setting(
+        20, aliases=("max_train_steps", "max_steps"), minimum=0, order=4,
+        help="Optimizer steps to train (0: use num_epochs).")
+    num_epochs: int = setting(
+        1, aliases=("num_train_epochs", "epochs"), minimum=0,
+        help="Epochs when max_steps is 0 (0 with max_steps > 0: steps decide, SimpleTuner's spelling).")
+    max_grad_norm: float = setting(
+        1.0, aliases=("max_grad_norm",), minimum=0,
+        help="Clip the global gradient norm (0 disables).")
+    clip_method: str = setting(
+        "norm", aliases=("grad_clip_method", "clip_method"), choices=("norm", "value"),
+        help="How max_grad_norm clips: the global norm, or each gradient value (value: not with DeepSpeed).")
+    gradient_checkpointing: bool = setting(
+        False, aliases=("gradient_checkpointing",), order=8,
+        help="Recompute activations in backward to save memory.")
+    seed: int = setting(
+        42, aliases=("seed",), minimum=0,
+        help="Random seed (data order, init, dropout).")
+    validation_every: int = setting(
+        0, aliases=("validation_steps", "eval_steps"), minimum=0,
+        help="Run validation every N optimizer steps (0: only at the end).")
+    log_every: int = setting(
+        1, aliases=("logging_steps",), minimum=1,
+        help="Write metrics every N optimizer steps.")
+    tensorboard: bool = setting(
+        False, aliases=("tensorboard",),
+        help="Also write TensorBoard event files (the same as naming tensorboard in logging.log_with).")
+    ema: bool = setting(
+        False, aliases=("use_ema",),
+        help="Keep an exponential moving average of the trained weights.")
+    ema_decay: float = setting(
+        0.999, aliases=("ema_decay",), minimum=0, maximum=1,
+        help="EMA decay.")
+    ema_device: str = setting(
+        "cpu", aliases=("ema_device",), choices=("cpu", "accelerator"),
+        help="Where EMA shadows live (the seed's default is CPU).")
+
+
+@dataclass
+class CheckpointSettings:
+    """Saving, resuming and exporting."""
+
+    title: ClassVar[str] = "Checkpoints"
+    step: ClassVar[str] = "checkpoints"
+    state_dict_type: str = setting(
+        "sharded", aliases=("fsdp_state_dict_type",), choices=("sharded", "full"),
+        spellings=spellings.STATE_DICT, accelerate=("fsdp_config.fsdp_state_dict_type",),
+        accelerate_values={"sharded": "SHARDED_STATE_DICT", "full": "FULL_STATE_DICT"},
+        order=0,
+        help="Checkpoint format: sharded (each rank writes its shard) or full (gathered on rank 0).")
+    every_steps: int = setting(
+        0, aliases=("checkpointing_steps", "save_steps"), minimum=0, order=1,
+        help="Save a checkpoint every N optimizer steps (0: never during training).")
+    keep_last: int = setting(
+        3, aliases=("checkpoints_total_limit",), minimum=1, order=2,
+        help="Checkpoints kept; older ones are deleted.")
+    resume: str = setting(
+        "", aliases=("resume_from_checkpoint",), order=4,
+        help="'' (fresh start), 'latest', 'auto' (resume the latest checkpoint when output.dir holds a run, "
+             "else start fresh), or a checkpoint directory.")
+    export: bool = setting(
+        True, aliases=("export_model",), order=5,
+        help="Export a full model (safetensors + config) that from_pretrained loads at the end.")

@@ -1,0 +1,125 @@
+"""Checks that need facts about the model or the machine, not just the settings.
+
+The compiler stays torch-free and fast, so nothing here builds a model, and nothing here
+reads a file: the facts come from the compile's inputs (`inputs.ModelFacts`: the
+block-detection cache written by `tuner blocks` / the wizard, the built-in registry, a
+local ``config.json``; `inputs.CompileInputs.facts`: the hardware), gathered before.
+
+* `check` refuses wrap classes the model does not contain, with the detected candidates as
+  suggestions (when detection data exist for the model; else a note saying how to get
+  them), and warns when the chosen strategy does not fit the stated or detected memory;
+* `nvme_bytes` is the estimator's figure for what NVMe offload puts on each machine's disk
+  (0 = unknown), used by the free-space check.
+
+Relative model paths were resolved by the gather stage like the runtime does: against the
+settings file's directory (the project directory).
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from ..diagnostics import Diagnostics
+from ..keys.settings import Settings
+from ..memory import estimate as _estimate
+from ..memory.report import Estimate
+from .rules import Plan
+
+
+def known_classes(s: Settings, found) -> tuple[set[str] | None, list[str], str]:
+    """(classes in the model, suggested wrap classes, where that came from); the set is None
+    when nothing is known without building the model. `found` is `inputs.ModelFacts`."""
+    from ..read import builtin_models as tiny_configs
+
+    m = s.model
+    cached = found.detection
+    if cached is not None:
+        return cached.class_names(), list(cached.suggested), "block detection (cached)"
+    if tiny_configs.is_builtin(m.path) and found.packaged is None:
+        try:
+            name = tiny_configs.resolve_name(m.path, m.family, m.flavour)
+        except KeyError:
+            return None, [], ""
+        entry = tiny_configs.TINY_CONFIGS[name]
+        return None, list(entry["suggested_wrap"]), f"built-in {name}"
+    return None, [], ""
+
+
+def _check_wrap_classes(s: Settings, diags: Diagnostics, found) -> None:
+    f = s.fsdp
+    if not f.enabled or f.auto_wrap_policy != "transformer" or not f.transformer_layer_cls_to_wrap:
+        return
+    classes, suggested, source = known_classes(s, found)
+    wanted = list(f.transformer_layer_cls_to_wrap)
+    if classes is None:
+        if suggested:  # a built-in: its suggested classes are the ones it is known to have
+            unknown = [c for c in wanted if c not in suggested]
+            if not unknown:
+                return
+            diags.note("fsdp.transformer_layer_cls_to_wrap",
+                       f"{', '.join(unknown)} not among the known blocks of {source} "
+                       f"({', '.join(suggested)}); run `tuner blocks {s.model.path}` to check every class")
+            return
+        if found.exists:
+            diags.note("fsdp.transformer_layer_cls_to_wrap",
+                       "wrap classes not checked against the model: no block detection for it yet",
+                       f"run `tuner blocks {s.model.path}` (meta device, seconds); the compiler then checks them")
+        else:
+            diags.note("fsdp.transformer_layer_cls_to_wrap",
+                       "wrap classes not checked: the model is not available on this machine")
+        return
+    for cls in wanted:
+        if cls in classes:
+            continue
+        close = difflib.get_close_matches(cls, sorted(classes), n=1, cutoff=0.75)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        diags.error("fsdp.transformer_layer_cls_to_wrap",
+                    f"the model has no module class {cls!r} ({source}); FSDP would wrap nothing for it",
+                    hint + ("detected candidates: " + ", ".join(suggested) if suggested
+                            else f"see `tuner blocks {s.model.path}` for its classes"))
+
+
+def _check_fit(s: Settings, plan: Plan, diags: Diagnostics, found, facts) -> Estimate | None:
+    try:
+        est = _estimate.estimate(s, plan, facts, found=found)
+    except (ValueError, TypeError, OSError, ZeroDivisionError):
+        return None  # an estimate is advice; never let it break a compile
+    c = est.chosen
+    if c is None:
+        return est
+    if est.model is not None and est.model.uncertain:
+        diags.note("model.path", est.model.uncertain)
+    if est.recommendation and est.recommendation != c.name:
+        fix = f"the cheapest option that fits is {est.recommendation_line}"
+    elif est.recommendation_line and not est.recommendation:
+        fix = f"recommended: {est.recommendation_line}"
+    else:
+        fix = "raise the memory, shard further (FSDP2 / ZeRO-3), offload, or enable gradient checkpointing"
+    fix += "; see `tuner estimate` for the table"
+    if c.fits_gpu is False:
+        diags.warning("hardware.gpu_memory_gib",
+                      f"{c.label} needs about {_estimate.gib(c.per_gpu)} per GPU; "
+                      f"{_estimate.gib(est.usable_gpu)} usable of {_estimate.gib(est.gpu_capacity)} "
+                      f"({100 * est.gpu_margin:.0f}% kept for fragmentation; {est.capacity_source})", fix)
+    if c.fits_host is False:
+        diags.warning("hardware.host_memory_gib",
+                      f"{c.label} needs about {_estimate.gib(c.per_host)} host RAM per machine; "
+                      f"{_estimate.gib(est.host_capacity)} available ({est.capacity_source})",
+                      _estimate.host_advice(c, est.host_capacity) + "; see `tuner estimate` for the table")
+    return est
+
+
+def check(s: Settings, plan: Plan, diags: Diagnostics, found, facts=None) -> Estimate | None:
+    """Run the checks; returns the memory estimate they computed (None when there is none),
+    which the compile result carries for `tuner estimate` and the wizard."""
+    _check_wrap_classes(s, diags, found)
+    return _check_fit(s, plan, diags, found, facts)
+
+
+def nvme_bytes(s: Settings, plan: Plan, found) -> int:
+    """What NVMe offload puts on each machine's disk (0: unknown); `found`: the model's
+    gathered `inputs.ModelFacts` (this reads nothing)."""
+    try:
+        return _estimate.nvme_bytes_per_host(s, plan, found=found)
+    except (ValueError, TypeError, OSError, ZeroDivisionError):
+        return 0
