@@ -125,6 +125,7 @@ def test_the_wheel_the_device_wrapper_carries_holds_every_module(tmp_path):
     not from an editable checkout: the wheel must hold every module of every source folder
     (it once lacked tuner.runtime.families, so `tuner run` failed outside editable installs)."""
     import shutil
+    import tomllib
     import zipfile
 
     # A copy of the sources: setuptools builds in place and reuses a stale build/lib.
@@ -135,9 +136,9 @@ def test_the_wheel_the_device_wrapper_carries_holds_every_module(tmp_path):
                         str(tmp_path), str(src)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     names = set(zipfile.ZipFile(next(tmp_path.glob("tuner_train-*.whl"))).namelist())
-    folders = {"tuner": "tuner", "compiler": "tuner/compiler", "runtime": "tuner/runtime", "tui": "tuner/tui",
-               "schemas": "tuner/schemas"}
-    expected = {f"{dest}/{p.relative_to(REPO / src).as_posix()}" for src, dest in folders.items()
-                for p in (REPO / src).rglob("*.py") if "__pycache__" not in p.parts}
-    assert expected - names == set()
+    # every file of every mapped folder (modules and package data), where its import name puts it
+    folders = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-dir"]
+    expected = {f"{name.replace('.', '/')}/{p.relative_to(REPO / folder).as_posix()}" for name, folder in folders.items()
+                for p in (REPO / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert len(expected) > 150 and expected - names == set()
     assert "tuner/runtime/families/causal_lm.py" in names
