@@ -12,11 +12,19 @@ import os
 import sys
 import time
 import traceback
+from importlib import metadata
 from pathlib import Path
 
-from .. import __version__
 from ..compiler.diagnostics import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from ..compiler.read.files import describe_os_error
+
+
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's), read where it is needed."""
+    try:
+        return metadata.version("tuner-train")
+    except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+        return "(not installed)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -109,7 +117,7 @@ def _add_machine_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tuner", description="Configure, compile and run multi-GPU training.")
-    parser.add_argument("--version", action="version", version=f"tuner {__version__}")
+    parser.add_argument("--version", action="version", version=f"tuner {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("compile", help="validate settings.toml and write accelerate.yaml, deepspeed.json, manifest.json",
@@ -286,7 +294,7 @@ def _one_line(text: str, limit: int = 200) -> str:
 def save_traceback(command: str) -> str:
     """Write the current exception's traceback to a file (the cache directory, else the
     temporary directory) and return its path; never raises."""
-    text = f"tuner {__version__} {command}: {' '.join(sys.argv)}\n\n{traceback.format_exc()}"
+    text = f"tuner {_version()} {command}: {' '.join(sys.argv)}\n\n{traceback.format_exc()}"
     name = f"crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
     candidates = []
     try:
