@@ -47,7 +47,7 @@ def run_checks(args, target: list[str] | None, command: str = "tuner check") -> 
 def run(args) -> int:
     target: list[str] | None = None
     if args.target:
-        from .launch import split_target
+        from .target import split_target
 
         got = split_target(args)
         if isinstance(got, str):

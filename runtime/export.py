@@ -247,7 +247,6 @@ def write_export(write: Callable[[Path], None], out_dir: Path, previous: list[st
     import os
 
     from ..compiler.read.files import give_new_file_modes, write_atomic
-    from .trainer import plain_model_init
 
     for leftover in out_dir.iterdir():  # from an export that was killed (tuner's mark inside)
         if _is_staging(leftover):
@@ -293,3 +292,21 @@ def write_export(write: Callable[[Path], None], out_dir: Path, previous: list[st
         shutil.rmtree(staging, ignore_errors=True)
         raise
     shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def plain_model_init():
+    """Build models without DeepSpeed's ZeRO-3 `zero.Init` (which transformers applies while a
+    ZeRO-3 config is registered): export runs on rank 0 alone, and a partitioned init would
+    wait forever for the other ranks."""
+    try:
+        from transformers.integrations import deepspeed as hf_ds
+    except ImportError:
+        yield
+        return
+    saved = hf_ds._hf_deepspeed_config_weak_ref
+    hf_ds._hf_deepspeed_config_weak_ref = None
+    try:
+        yield
+    finally:
+        hf_ds._hf_deepspeed_config_weak_ref = saved

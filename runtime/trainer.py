@@ -9,7 +9,6 @@ Code of your own (and tuner's tests) joins in through callbacks (`callbacks.Trai
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 import warnings
@@ -373,19 +372,3 @@ def _no_space(exc: BaseException, where: Path) -> OSError | None:
     return None
 
 
-@contextlib.contextmanager
-def plain_model_init():
-    """Build models without DeepSpeed's ZeRO-3 `zero.Init` (which transformers applies while a
-    ZeRO-3 config is registered): export runs on rank 0 alone, and a partitioned init would
-    wait forever for the other ranks."""
-    try:
-        from transformers.integrations import deepspeed as hf_ds
-    except ImportError:
-        yield
-        return
-    saved = hf_ds._hf_deepspeed_config_weak_ref
-    hf_ds._hf_deepspeed_config_weak_ref = None
-    try:
-        yield
-    finally:
-        hf_ds._hf_deepspeed_config_weak_ref = saved

@@ -148,7 +148,8 @@ def _is_shim(path: Path) -> bool:
     body = ast.parse(path.read_text(encoding="utf-8")).body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]  # the docstring
-    imports = [n for n in body if isinstance(n, ast.Import | ast.ImportFrom) and n.module != "__future__"]
+    imports = [n for n in body if isinstance(n, ast.Import)
+               or isinstance(n, ast.ImportFrom) and n.module != "__future__"]
     rest = [n for n in body if not isinstance(n, ast.Import | ast.ImportFrom)
             and not (isinstance(n, ast.Assign) and [getattr(t, "id", "") for t in n.targets] == ["__all__"])]
     return bool(imports) and not rest

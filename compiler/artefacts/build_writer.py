@@ -88,7 +88,7 @@ def _write_locked(out_dir: Path, files: dict[str, str], remove: tuple[str, ...])
 
 
 def _stage(out_dir: Path, files: dict[str, str]) -> list[tuple[str, Path]]:
-    from ..read.file_lock import new_mode
+    from ..read.files import new_mode
 
     staged: list[tuple[str, Path]] = []
     try:

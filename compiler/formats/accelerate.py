@@ -97,7 +97,7 @@ def read(data: dict[str, Any], path: Path, out: Imported) -> None:
                     out.remarks.append(f"{src}: deepspeed_config_file {value} not found next to {path.parent}; "
                                        "pass it as another source: tuner import YAML JSON")
                 else:
-                    from .importer import load
+                    from .base import load
 
                     deepspeed.read(load(found), found, out, world_known=True)
             elif key == "deepspeed_multinode_launcher":

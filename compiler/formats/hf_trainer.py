@@ -167,7 +167,7 @@ def read(data: dict[str, Any], path: Path, out: Imported, swift: bool = False) -
     if isinstance(ds, dict) and ds:
         deepspeed.read(ds, path, out)
     elif isinstance(ds, str) and ds:
-        from .importer import ImportError_, load
+        from .base import ImportError_, load
 
         found = Path(ds) if Path(ds).is_absolute() else path.parent / ds
         try:

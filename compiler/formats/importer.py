@@ -15,78 +15,9 @@ from typing import Any
 
 from ..keys.schema import index
 from . import FORMATS, READERS, detect, unrecognised_message
-from .base import Imported, ImportError_, ImportRefused
+from .base import Imported, ImportError_, ImportRefused, load
 
 __all__ = ["FORMATS", "Imported", "ImportError_", "ImportRefused", "import_files", "load", "to_toml"]
-
-
-def load(path: Path) -> Any:
-    """A source file parsed by its suffix (.yaml/.yml, .toml, otherwise JSON), read through
-    the safe reader (a regular, size-capped, UTF-8 file; JSON without NaN; bounded nesting)
-    and made TOML-shaped: every key a string, JSON nulls and YAML ``~`` dropped (TOML has no
-    null: an unset value)."""
-    from ..read import files
-
-    try:
-        text = files.read_text(path, "import source", files.MAX_CONFIG_BYTES)
-        if path.suffix in (".yaml", ".yml"):
-            data = files.parse_yaml(text, str(path))
-        elif path.suffix == ".toml":
-            import tomllib
-
-            try:
-                data = tomllib.loads(text)
-            except RecursionError:
-                raise files.FileError(f"{path}: nested more than {files.MAX_DEPTH} levels deep") from None
-            files.check_depth(data, str(path))
-        else:
-            data = files.parse_json(text, str(path))
-    except files.FileError as exc:
-        raise ImportError_(f"{path} does not parse: {exc.message}" if exc.content else exc.message) from None
-    except ValueError as exc:  # tomllib.TOMLDecodeError
-        raise ImportError_(f"{path} does not parse: {exc}") from None
-    _check_counts(data, path)
-    return _toml_shaped(data, path)
-
-
-#: Import sources are configs of a few hundred values; tomlkit, which writes the settings file,
-#: takes time quadratic in a list's length, so larger ones are refused before any is written.
-MAX_IMPORT_VALUES = 10_000
-MAX_IMPORT_LIST = 1_000
-
-
-def _check_counts(data: Any, path: Path) -> None:
-    count, stack = 0, [data]
-    while stack:
-        node = stack.pop()
-        count += 1
-        if count > MAX_IMPORT_VALUES:
-            raise ImportError_(f"{path} holds more than {MAX_IMPORT_VALUES:,} values, the limit for an import "
-                               "source (real configs hold a few hundred)")
-        if isinstance(node, list):
-            if len(node) > MAX_IMPORT_LIST:
-                raise ImportError_(f"{path} has a list of {len(node):,} items; the limit for an import source "
-                                   f"is {MAX_IMPORT_LIST:,}")
-            stack.extend(node)
-        elif isinstance(node, dict):
-            stack.extend(node.values())
-
-
-def _toml_shaped(value: Any, path: Path, where: str = "") -> Any:
-    """Nulls dropped; a key that is not a string (YAML reads ``1:``, ``on:`` or ``null:`` as
-    a number, a boolean or None) is refused, naming where it is."""
-    if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                place = f" in {where}" if where else " at top level"
-                raise ImportError_(f"{path}: key {key!r}{place} is not a string; quote it (\"{key}\": ...)")
-            if item is not None:
-                out[key] = _toml_shaped(item, path, f"{where}.{key}" if where else key)
-        return out
-    if isinstance(value, list):
-        return [_toml_shaped(item, path, where) for item in value if item is not None]
-    return value
 
 
 def import_files(paths: list[Path]) -> Imported:

@@ -102,7 +102,7 @@ def _deepspeed(value: Any, path: Path, src: str, out: Imported) -> None:
 
         raise ImportRefused(f"{src}: deepspeed {value} not found next to {path.parent} or above it; pass the JSON "
                             f"as another source (tuner import {src} ZERO.json) or fix the path")
-    from .importer import load
+    from .base import load
 
     deepspeed.read(load(found), found, out, world_known=True)
 

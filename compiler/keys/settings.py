@@ -16,20 +16,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, cast
 
-from .sections import (
-    AccelerateSettings,
-    CheckpointSettings,
-    ClusterSettings,
-    ContextParallelSettings,
-    DataSettings,
-    DeepspeedSettings,
-    FsdpSettings,
-    HardwareSettings,
-    LoggingSettings,
-    ModelSettings,
-    OutputSettings,
-    TrainingSettings,
-)
+from .sections.loop import CheckpointSettings, TrainingSettings
+from .sections.parallel import ContextParallelSettings, DeepspeedSettings, FsdpSettings
+from .sections.tracking import LoggingSettings
+from .sections.what import DataSettings, ModelSettings, OutputSettings
+from .sections.where import AccelerateSettings, ClusterSettings, HardwareSettings
 
 __all__ = ["AccelerateSettings", "CheckpointSettings", "ClusterSettings", "ContextParallelSettings", "DataSettings",
            "DeepspeedSettings", "FsdpSettings", "HardwareSettings", "LoggingSettings", "ModelSettings", "OutputSettings",

@@ -31,18 +31,10 @@ from .lora import lora_trainable
 from .model import ModelSize, model_size, resolve_model_path
 from .per_rank import (
     COMPARED,
-    DS_PERSISTENCE_THRESHOLD,
-    DS_PREFETCH_BUCKET,
-    DS_REDUCE_BUCKET,
     GIB,
     GPU_MARGIN,
-    GPU_OVERHEAD_BYTES,
-    HOST_OVERHEAD_PER_RANK,
     LABELS,
-    OPTIMIZER_STATE_BYTES,
-    Bytes,
     StrategyEstimate,
-    StrategyOptions,
     estimate_strategy,
     options_for,
 )
@@ -165,16 +157,6 @@ def for_result(result, facts=None, base_dir: Path | None = None) -> Estimate | N
     if facts is None and result.estimate is not None:
         return result.estimate
     return estimate(result.settings, result.plan, facts, base_dir)
-
-
-def render_for_text(settings_text: str, settings_path: Path | None = None) -> str:
-    """The estimate table for settings given as TOML text (the compile's own estimate)."""
-    from .. import compile_text
-
-    result = compile_text(settings_text, path=Path(settings_path) if settings_path else None)
-    if result.estimate is None:
-        return "memory estimate unavailable: the settings do not compile yet"
-    return result.estimate.table()
 
 
 def nvme_bytes_per_host(s: Settings, plan, found) -> int:

@@ -35,6 +35,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from .files import new_mode
+
 #: How long a holder's record may be (it is one small JSON line).
 _RECORD_MAX = 4096
 #: Records are padded to this length and written in place (never truncated first), so a
@@ -52,14 +54,6 @@ class LockHeld(BlockingIOError):
 
 class LockRefused(OSError):
     """The lock's name is taken by something tuner must not write into."""
-
-
-def new_mode(executable: bool = False) -> int:
-    """The mode a new file gets from a plain ``open()`` (0o666, or 0o777 for a program) under
-    the process's umask: 0o644/0o755 under 022, 0o600/0o700 under 077."""
-    from .files import _umask
-
-    return (0o777 if executable else 0o666) & ~_umask()
 
 
 def _open(path: Path) -> tuple[int, bool]:

@@ -25,6 +25,7 @@ import math
 import os
 import stat
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -233,8 +234,6 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
     in its place), then renamed over `path`. The new file keeps an existing file's
     permission bits; a new one gets what a plain ``open()`` would give (0o666 less the
     umask), not mkstemp's private 0o600. Line endings are written as they are in `text`."""
-    from .file_lock import new_mode
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -260,8 +259,6 @@ def give_new_file_modes(folder: str | os.PathLike) -> None:
     mode a new one gets under the umask (0o644/0o755 under 022): libraries that write through
     a private temporary file and rename it (safetensors) leave 0o600 behind, which a teammate
     or a serving job under another user cannot read. An executable keeps its x bits."""
-    from .file_lock import new_mode
-
     for p in Path(folder).rglob("*"):
         if p.is_symlink():
             continue
@@ -269,6 +266,12 @@ def give_new_file_modes(folder: str | os.PathLike) -> None:
         mode = new_mode(executable=stat.S_ISDIR(info.st_mode) or bool(info.st_mode & 0o111))
         if stat.S_IMODE(info.st_mode) != mode and (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
             os.chmod(p, mode)
+
+
+def new_mode(executable: bool = False) -> int:
+    """The mode a new file gets from a plain ``open()`` (0o666, or 0o777 for a program) under
+    the process's umask: 0o644/0o755 under 022, 0o600/0o700 under 077."""
+    return (0o777 if executable else 0o666) & ~_umask()
 
 
 def _umask() -> int:
@@ -282,3 +285,34 @@ def _umask() -> int:
     except (OSError, ValueError):
         pass
     return 0o022
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """One file the settings name: its resolved path, and its text or why it has none."""
+
+    path: Path
+    content: str | None = None
+    error: FileError | None = None
+
+    def text(self) -> str:
+        """The file's text; raises the `FileError` that reading it met."""
+        if self.error is not None:
+            raise self.error
+        return self.content or ""
+
+
+def resolve(text: str, base_dir: Path | None) -> Path:
+    """A path from the settings: ``~`` expanded, a relative one joined to the project directory."""
+    path = Path(os.path.expanduser(text))  # ~nosuchuser stays as written (normalise names the key)
+    if not path.is_absolute() and not text.startswith("~") and base_dir is not None:
+        path = base_dir / path
+    return path
+
+
+def read_file(text: str, base_dir: Path | None, what: str) -> FileRead:
+    path = resolve(text, base_dir)
+    try:
+        return FileRead(path, read_text(path, what, MAX_CONFIG_BYTES))
+    except FileError as exc:
+        return FileRead(path, error=exc)

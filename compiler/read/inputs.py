@@ -34,27 +34,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..diagnostics import Diagnostic, Diagnostics
-from .files import MAX_CONFIG_BYTES, FileError, read_text
+from .files import FileError, FileRead, read_file, resolve
 from .hardware import HardwareFacts
 from .source import Source
 
 if TYPE_CHECKING:
     from ..canonical.normalise import Normalised
-
-
-@dataclass(frozen=True)
-class FileRead:
-    """One file the settings name: its resolved path, and its text or why it has none."""
-
-    path: Path
-    content: str | None = None
-    error: FileError | None = None
-
-    def text(self) -> str:
-        """The file's text; raises the `FileError` that reading it met."""
-        if self.error is not None:
-            raise self.error
-        return self.content or ""
 
 
 @dataclass(frozen=True)
@@ -133,21 +118,6 @@ class CompileInputs:
 
 
 # --- the reading ----------------------------------------------------------------------------
-
-def resolve(text: str, base_dir: Path | None) -> Path:
-    """A path from the settings: ``~`` expanded, a relative one joined to the project directory."""
-    path = Path(os.path.expanduser(text))  # ~nosuchuser stays as written (normalise names the key)
-    if not path.is_absolute() and not text.startswith("~") and base_dir is not None:
-        path = base_dir / path
-    return path
-
-
-def read_file(text: str, base_dir: Path | None, what: str) -> FileRead:
-    path = resolve(text, base_dir)
-    try:
-        return FileRead(path, read_text(path, what, MAX_CONFIG_BYTES))
-    except FileError as exc:
-        return FileRead(path, error=exc)
 
 
 def measure_disk(text: str, base_dir: Path) -> DiskFacts:

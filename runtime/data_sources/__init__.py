@@ -11,7 +11,3 @@
 
 Every problem a person can fix is a `DataError` (a `FamilyError`: one line, exit 2).
 """
-
-from .errors import DataError
-
-__all__ = ["DataError"]

@@ -17,8 +17,8 @@ __all__ = ["Family", "FamilyError", "FAMILIES", "get_family"]
 #: settings ``model.family`` -> "module:ClassName" under this package.
 FAMILIES: dict[str, str] = {
     "causal_lm": "causal_lm:CausalLMFamily",
-    "embedding": "embedding:EmbeddingFamily",
-    "diffusion": "diffusion:DiffusionFamily",
+    "embedding": "embedding.family:EmbeddingFamily",
+    "diffusion": "diffusion.family:DiffusionFamily",
 }
 
 

@@ -12,7 +12,8 @@ import pytest
 import yaml
 from tuner.compiler import compile_text
 from tuner.compiler.formats import FORMATS, detect
-from tuner.compiler.formats.importer import ImportRefused, import_files, load, to_toml
+from tuner.compiler.formats.base import load
+from tuner.compiler.formats.importer import ImportRefused, import_files, to_toml
 from tuner.compiler.plan.rules import MSG_CP_NEEDS_FSDP2
 
 from tests.conftest import PEER_CONFIGS, REPO, run_tuner

@@ -56,7 +56,7 @@ def _write(project: Path, name: str, content) -> None:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_data_is_refused_naming_file_row_and_fix(case, tmp_path, tiny_model):
-    from tuner.runtime.data_sources import DataError
+    from tuner.runtime.data_sources.errors import DataError
 
     name, content, extra, fragments = CASES[case]
     _write(tmp_path, name, content)
@@ -70,7 +70,7 @@ def test_bad_data_is_refused_naming_file_row_and_fix(case, tmp_path, tiny_model)
 
 
 def test_a_hub_name_is_refused_with_the_command_that_fetches_it(tmp_path, tiny_model):
-    from tuner.runtime.data_sources import DataError
+    from tuner.runtime.data_sources.errors import DataError
 
     fam = family(tmp_path, settings(tiny_model, path="HuggingFaceH4/ultrachat_200k"))
     with pytest.raises(DataError) as err:
@@ -84,7 +84,7 @@ def test_a_hub_name_is_refused_with_the_command_that_fetches_it(tmp_path, tiny_m
 def test_a_missing_file_and_a_missing_split_name_the_fix(tmp_path, tiny_model):
     from datasets import Dataset, DatasetDict
 
-    from tuner.runtime.data_sources import DataError
+    from tuner.runtime.data_sources.errors import DataError
 
     with pytest.raises(DataError, match=r"data file not found: .*nothere.jsonl; fix data.path"):
         family(tmp_path, settings(tiny_model, path="nothere.jsonl")).check_data()

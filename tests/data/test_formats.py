@@ -197,7 +197,7 @@ def test_a_template_from_the_settings_serves_a_tokenizer_without_one(tmp_path, t
         extra.unlink()
     write_jsonl(tmp_path / "c.jsonl", chat_rows(12))
     (tmp_path / "chatml.jinja").write_text(CHATML)
-    from tuner.runtime.data_sources import DataError
+    from tuner.runtime.data_sources.errors import DataError
 
     with pytest.raises(DataError, match="data.chat_template"):
         family(tmp_path, settings(model, path="c.jsonl")).build_datasets()

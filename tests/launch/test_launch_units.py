@@ -14,7 +14,7 @@ import pytest
 from tuner.compiler import compile_text
 from tuner.runtime.artefacts import RunError, load
 from tuner.runtime.launch_env import Topology, accelerate_env
-from tuner.commands.launch import split_target
+from tuner.commands.target import split_target
 
 MULTI = """[hardware]
 platform = "cpu"

@@ -26,7 +26,3 @@ One module per concern: `denoiser` (configurations, the call, noise targets), `d
 (image folders, aspect buckets), `ema`, `conditioning` (frozen text encoder and VAE),
 `pipeline` (sampling), `family` (`DiffusionFamily`, what the trainer drives).
 """
-
-from .family import DiffusionFamily
-
-__all__ = ["DiffusionFamily"]

@@ -16,7 +16,3 @@ One module per concern, independent of the strategy the trainer runs under:
   LoRA merged in;
 * `family`: `EmbeddingFamily`, the `Family` the trainer drives, built from the above.
 """
-
-from .family import EmbeddingFamily
-
-__all__ = ["EmbeddingFamily"]
