@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("compiler", "runtime", "tui", "tuner")
+PACKAGES = ("commands", "compiler", "runtime", "tui", "tuner")
 LIMIT = 400
 
 #: Modules still over the limit while other branches of issue #14 reshape them. Each entry

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from tuner.compiler import compile_file, compile_text
-from tuner.compiler.memory.estimate import COMPARED, GIB, ModelSize, estimate, render_for_text
+from tuner.compiler import render_for_text
+from tuner.compiler.memory.estimate import COMPARED, GIB, ModelSize, estimate
 from tuner.compiler.plan import model_facts
 from tuner.compiler.read.inputs import find_model
 
