@@ -20,11 +20,24 @@ from ..compiler.read.files import describe_os_error
 
 
 def _version() -> str:
-    """The installed distribution's version (pyproject.toml's), read where it is needed."""
+    """The installed distribution's version (pyproject.toml's), read only when it is shown:
+    reading package metadata costs a compile a few hundredths of a second."""
     try:
         return metadata.version("tuner-train")
     except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
         return "(not installed)"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: argparse's own action, with the version read when the flag is given."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0,
+                         help=help or "show program's version number and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"tuner {_version()}")
+        parser.exit()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -117,7 +130,7 @@ def _add_machine_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tuner", description="Configure, compile and run multi-GPU training.")
-    parser.add_argument("--version", action="version", version=f"tuner {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("compile", help="validate settings.toml and write accelerate.yaml, deepspeed.json, manifest.json",
