@@ -93,13 +93,14 @@ def test_every_import_of_tuners_own_code_is_relative_and_names_a_file():
 
 
 def test_the_layout_check_sees_a_wrong_import(tmp_path):
-    """Not vacuous: an absolute import of tuner and a relative path that is no file are both found."""
-    where = REPO / "runtime" / "_probe_.py"  # resolved from its place; never written
-    tree = ast.parse("from tuner.compiler import x\nfrom ..compiler.files import write_atomic\n"
-                     "from ..compiler.read.files import write_atomic\n")
-    found = [t for node in tree.body if isinstance(node, ast.ImportFrom) and node.level
-             for t in _targets(where, node)]
-    assert found[0][1] is None and found[1][1] == REPO / "compiler" / "read" / "files.py"
+    """Not vacuous: an absolute import of tuner, and a relative path that is no file, are both found."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("from tuner.compiler import x\nfrom ..compiler.files import write_atomic\n")
+    bad = _imports(probe)[2]
+    assert len(bad) == 2 and "names no file" in bad[0] and "`import tuner.compiler`" in bad[1]
+    where = REPO / "runtime" / "export.py"  # the same line, resolved from a real place
+    node = ast.parse("from ..compiler.read.files import write_atomic").body[0]
+    assert isinstance(node, ast.ImportFrom) and _targets(where, node)[0][1] == REPO / "compiler" / "read" / "files.py"
 
 
 def _cycles(edges: dict[Path, set[Path]]) -> list[list[Path]]:
