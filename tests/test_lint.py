@@ -1,4 +1,5 @@
-"""ruff and mypy on every package: compiler/, runtime/, tui/, tuner/ (the CLI) and schemas/
+"""ruff and mypy on every package: every folder pyproject's `package-dir` maps (compiler/, runtime/, tui/,
+commands/ (the CLI), tuner/ and schemas/)
 (their settings: pyproject.toml's [tool.ruff] and [tool.mypy]). Run as part of the suite, so
 plain `pytest` checks them too; a failure shows the tool's own report, one test per package.
 Both are in the `test` extra.
@@ -18,14 +19,15 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-#: Every package in the suite: folder -> its import name under `tuner`.
-PACKAGES = {"compiler": "tuner.compiler", "runtime": "tuner.runtime", "tui": "tuner.tui", "tuner": "tuner",
-            "schemas": "tuner.schemas"}
+#: Every package in the suite: folder -> its import name under `tuner` (pyproject's `package-dir`).
+PACKAGES = {folder: name for name, folder in
+            tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].items()}
 TREE = REPO / ".mypy_cache" / "tree"
 
 
