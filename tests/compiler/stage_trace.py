@@ -21,7 +21,7 @@ import tuner.compiler
 
 COMPILER = Path(tuner.compiler.__file__).parent
 
-#: Stage -> its modules (file stems in compiler/), in pipeline order.
+#: Stage -> its modules (file stems anywhere under compiler/), in pipeline order.
 STAGES: dict[str, tuple[str, ...]] = {
     "gather": ("inputs",),
     "normalise": ("normalise",),
@@ -39,7 +39,7 @@ ACCESSORS = ("CompileInputs.", "FileRead.", "ModelFacts.", "DiskFacts.", "model_
 def stage_of(code: Any) -> str | None:
     """The stage of a code object; None for library code and code outside the compiler."""
     path = Path(code.co_filename)
-    if path.parent != COMPILER:
+    if COMPILER not in path.parents:
         return None
     if getattr(code, "co_qualname", code.co_name).startswith(ACCESSORS):
         return None
@@ -72,7 +72,7 @@ def trace(fn: Callable[[], Any]) -> tuple[Any, Trace]:
     def profile(frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
             code = frame.f_code
-            if Path(code.co_filename).parent == COMPILER:
+            if COMPILER in Path(code.co_filename).parents:
                 name = f"{Path(code.co_filename).stem}.{getattr(code, 'co_qualname', code.co_name)}"
                 t.calls[name] = t.calls.get(name, 0) + 1
             stage = stage_of(code)
