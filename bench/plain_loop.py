@@ -100,7 +100,8 @@ def launch(build_dir: str, rank_args: list[str]) -> int:
     (tuner.runtime.launch): `accelerate launch --config_file` on GPUs, torch's elastic
     launcher with the environment accelerate derives from the YAML on CPU."""
     from tuner.runtime.artefacts import load
-    from tuner.runtime.launch import _free_port, accelerate_env, use_gpu_launcher
+    from tuner.runtime.launch import use_gpu_launcher
+    from tuner.runtime.launch_env import accelerate_env, free_port
 
     arts = load(build_dir)
     script = str(Path(__file__).resolve())
@@ -114,7 +115,7 @@ def launch(build_dir: str, rank_args: list[str]) -> int:
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     os.environ.update(env)
     cfg = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id="plain-loop", rdzv_backend="c10d",
-                       rdzv_endpoint=f"127.0.0.1:{_free_port(29511)}", max_restarts=0, monitor_interval=0.5,
+                       rdzv_endpoint=f"127.0.0.1:{free_port(29511)}", max_restarts=0, monitor_interval=0.5,
                        start_method="spawn")
     elastic_launch(cfg, sys.executable)(script, *rank_args)
     return 0

@@ -37,7 +37,6 @@ from ..compiler.diagnostics import EXIT_OK, EXIT_RANK_FAILED, EXIT_USAGE
 from .artefacts import Artefacts
 from .launch_env import Topology, accelerate_env, config_flags, free_port, port_taken, port_taken_message
 
-_free_port = free_port  # the name bench/runtime_overhead.py imports
 __all__ = ["Entry", "Topology", "accelerate_env", "launch", "script_entry", "worker_entry"]
 
 MONITOR_INTERVAL_S = 0.5
