@@ -37,7 +37,6 @@ def loop(build_dir: str, steps: int, warmup: int, result: str) -> None:
     from accelerate import Accelerator
     from accelerate.utils import DummyOptim, DummyScheduler, set_seed
     from torch.utils.data import DataLoader
-
     from tuner.runtime import cpu_shim
     from tuner.runtime.artefacts import load
     from tuner.runtime.families import get_family
