@@ -22,7 +22,7 @@ def _baseline_recall() -> tuple[float, list[dict]]:
     """Held-out recall@1 of the untrained packaged model, on the split the runs use."""
     from tuner.compiler.keys.settings import Settings
     from tuner.runtime.families.base import FamilyContext
-    from tuner.runtime.families.embedding import EmbeddingFamily
+    from tuner.runtime.families.embedding.family import EmbeddingFamily
     from tuner.runtime.families.embedding.evaluate import evaluate_retrieval
 
     s = Settings.from_dict({"model": {"family": "embedding", "path": "builtin:all-minilm-l6-v2"},
