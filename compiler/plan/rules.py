@@ -18,13 +18,13 @@ import copy
 import re
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import FrozenInstanceError, asdict, dataclass, fields, replace
-from typing import Any, TypeVar
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from ..canonical.normalise import Normalised
 from ..diagnostics import Diagnostics
 from ..keys.schema import index
-from ..keys.settings import Settings, global_batch
+from ..keys.settings import Settings, freeze, global_batch
 from .rules_runtime import check_runtime_keys
 from .strategy import Strategy
 
@@ -261,55 +261,6 @@ def _nvme_need(s: Settings, world: int, rph: int, platform: str, found: Any) -> 
         return nvme_bytes_per_host(s, _Shape(Strategy.zero(s.deepspeed.zero_stage), world, rph, platform), found=found)
     except (ValueError, TypeError, OSError, ZeroDivisionError):
         return 0
-
-
-# --- frozen settings ------------------------------------------------------------------
-
-_T = TypeVar("_T")
-_FROZEN: dict[type, type] = {}
-
-
-def _refuse(self: Any, name: str, value: Any = None) -> None:
-    if "_sealed" in self.__dict__:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}: the compile's settings are frozen after the "
-                                  "rules stage (make a new value with dataclasses.replace)")
-    object.__setattr__(self, name, value)
-
-
-def _frozen_class(cls: type) -> type:
-    """`cls` (a settings dataclass) whose instances refuse assignment once built; equal to
-    the plain class's instances with the same values."""
-    if cls not in _FROZEN:
-        def init(self: Any, *args: Any, **kwargs: Any) -> None:
-            cls.__init__(self, *args, **kwargs)  # type: ignore[misc]
-            object.__setattr__(self, "_sealed", True)
-
-        def eq(self: Any, other: Any) -> bool:
-            if not isinstance(other, cls):
-                return NotImplemented
-            return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(cls))
-
-        def delete(self: Any, name: str) -> None:
-            raise FrozenInstanceError(f"cannot delete field {name!r}: the compile's settings are frozen")
-
-        _FROZEN[cls] = type(cls.__name__, (cls,), {"__init__": init, "__setattr__": _refuse, "__delattr__": delete,
-                                                  "__eq__": eq, "__hash__": None, "__module__": cls.__module__})
-    return _FROZEN[cls]
-
-
-def freeze(s: Settings) -> Settings:
-    """`s` as a value nobody changes: each section (and the whole) refuses assignment."""
-    sections = {f.name: _freeze_one(getattr(s, f.name)) for f in fields(Settings)}
-    frozen: Settings = _frozen_class(Settings)(**sections)
-    return frozen
-
-
-def _freeze_one(section: _T) -> _T:
-    cls = type(section)
-    if cls in _FROZEN.values():
-        return section
-    out: _T = _frozen_class(cls)(**{f.name: getattr(section, f.name) for f in fields(cls)})  # type: ignore[arg-type]
-    return out
 
 
 def _deepspeed_sequence_parallel(s: Settings, ds_on: bool, world: int, diags: Diagnostics) -> int:
