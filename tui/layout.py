@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..compiler.canonical.normalise import coerce
+from ..compiler.keys.declare import type_parts
 from ..compiler.keys.schema import KeyInfo, SchemaIndex, index
 
 #: The composite "strategy" choice on the Sharding step, mapped onto schema keys.
@@ -158,20 +159,19 @@ def render_value(value: Any) -> str:
 
 
 def parse_input(key: str, text: str) -> Any:
-    """Text from a field -> a TOML value, by the compiler's own coercer (`normalise.coerce`:
-    the key's declared spellings, "4" -> 4, "A, B" -> a list, any-case choices). What does
-    not convert stays a string, so the compiler reports it (``must be an integer (got
+    """Text from a field -> a TOML value, by the key's typed declaration and the compiler's own
+    coercer (`normalise.coerce`: the key's declared spellings, "4" -> 4, "A, B" -> a list,
+    any-case choices). What does not convert stays a string, so the compiler reports it (``must be an integer (got
     "abc")``) instead of the wizard."""
-    types = key_info(key).prop.get("type")
-    types = types if isinstance(types, list) else [types]
+    kinds, _ = type_parts(key_info(key).type)
     text = text.strip()
-    if "object" in types and (not text or text.startswith("{")):
+    if dict in kinds and (not text or text.startswith("{")):
         # the field shows an inline table as JSON text (render_value): its own format
         try:
             return json.loads(text) if text else {}
         except ValueError:
             return text  # the compiler says what is wrong with it
-    if "integer" in types and re.fullmatch(r"[+-]?\d{20,4000}", text):
+    if int in kinds and re.fullmatch(r"[+-]?\d{20,4000}", text):
         return int(text)  # beyond the coercer's 19 digits: a number, so the compiler says "out of range"
     value = coerce(key, text)
     if isinstance(value, float) and re.fullmatch(r"[+-]?\d+", text):
