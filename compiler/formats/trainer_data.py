@@ -40,19 +40,22 @@ def _fraction(key: str, value: Any, src: str, out: Imported, other: dict[str, An
                            "holds out a fraction of the rows): not imported")
 
 
-def _packing(key: str, value: Any, src: str, out: Imported) -> None:
-    if isinstance(value, bool):
-        out.set("data.packing", value, src)
+def _packing_and_held_out(data: dict[str, Any], packing: str, held_out: str, src: str, out: Imported,
+                          other: dict[str, Any]) -> None:
+    """The tool's packing flag -> data.packing and its held-out fraction -> data.validation_split
+    (axolotl and LLaMA-Factory spell the same two keys differently)."""
+    if packing in data:
+        if isinstance(data[packing], bool):
+            out.set("data.packing", data[packing], src)
+        other.pop(packing, None)
+    if held_out in data:
+        other.pop(held_out, None)
+        _fraction(held_out, data[held_out], src, out, other)
 
 
 def axolotl_data(data: dict[str, Any], src: str, out: Imported, other: dict[str, Any]) -> None:
     """axolotl's data keys (popped from `other` where imported)."""
-    if "sample_packing" in data:
-        _packing("sample_packing", data["sample_packing"], src, out)
-        other.pop("sample_packing", None)
-    if "val_set_size" in data:
-        other.pop("val_set_size", None)
-        _fraction("val_set_size", data["val_set_size"], src, out, other)
+    _packing_and_held_out(data, "sample_packing", "val_set_size", src, out, other)
     template = data.get("chat_template")
     if template == "jinja" and isinstance(data.get("chat_template_jinja"), str):
         out.set("data.chat_template", data["chat_template_jinja"], src)
@@ -114,12 +117,7 @@ def _datasets(datasets: Any, src: str, out: Imported, other: dict[str, Any]) -> 
 
 def llamafactory_data(data: dict[str, Any], src: str, out: Imported, other: dict[str, Any]) -> None:
     """LLaMA-Factory's data keys (popped from `other` where imported)."""
-    if "packing" in data:
-        _packing("packing", data["packing"], src, out)
-        other.pop("packing", None)
-    if "val_size" in data:
-        other.pop("val_size", None)
-        _fraction("val_size", data["val_size"], src, out, other)
+    _packing_and_held_out(data, "packing", "val_size", src, out, other)
     if data.get("dataset"):
         out.remarks.append(f"{src}: dataset {data['dataset']!r} names entries of LLaMA-Factory's dataset_info.json, "
                            "not files: not imported; set data.path to the file an entry points to")
