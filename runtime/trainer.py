@@ -9,10 +9,11 @@ Code of your own (and tuner's tests) joins in through callbacks (`callbacks.Trai
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -304,15 +305,10 @@ class Trainer:
         if self.main:
             self.ckdir.mkdir(parents=True, exist_ok=True)
         self.acc.wait_for_everyone()
-        try:
+        with _full_disk_named(tmp):
             self.acc.save_state(str(tmp))
             self.callbacks.fire("on_save", self, tmp)
             self.fam.save_state(tmp, self.acc)
-        except Exception as exc:
-            full = _no_space(exc, tmp)
-            if full is None:
-                raise
-            raise full from exc
         self.acc.wait_for_everyone()  # every rank has written its part
         final = self.ckdir / ckpt.step_dir_name(self.step)
         if self.main:
@@ -345,15 +341,23 @@ class Trainer:
         if self.main:  # the rules of `tuner checkpoint export`: a file of the person's in final/ is kept
             from .export import export_model_dir
 
-            try:
+            with _full_disk_named(out_dir):
                 export_model_dir(lambda target: self.fam.export(state, target), out_dir, f"run {self.out}")
-            except Exception as exc:
-                full = _no_space(exc, out_dir)
-                if full is None:
-                    raise
-                raise full from exc
             print(f"exported full model: {out_dir}", flush=True)
         self.acc.wait_for_everyone()
+
+
+@contextlib.contextmanager
+def _full_disk_named(where: Path) -> Iterator[None]:
+    """Inside it, a full disk is raised as an OSError naming `where` (`_no_space`); any other
+    error as it is."""
+    try:
+        yield
+    except Exception as exc:
+        full = _no_space(exc, where)
+        if full is None or full is exc:
+            raise
+        raise full from exc
 
 
 def _no_space(exc: BaseException, where: Path) -> OSError | None:
