@@ -27,6 +27,7 @@ from .artefacts import build_writer, cluster, emit
 from .canonical import value_checks
 from .canonical.normalise import Normalised, normalise
 from .diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Diagnostic, Diagnostics
+from .keys import paths as K
 from .keys.settings import Settings
 from .memory.report import Estimate
 from .plan import model_facts
@@ -133,7 +134,7 @@ def compile_inputs(inputs: CompileInputs) -> CompileResult:
     result.estimate = model_facts.check(s, plan, diags, found, inputs.facts)
     for text, exists in sorted(inputs.data_paths.items()):
         if not exists:  # CI may compile where the data is not: a warning; `tuner run` refuses
-            key = "data.validation_path" if text == s.data.validation_path else "data.path"
+            key = K.DATA_VALIDATION_PATH if text == s.data.validation_path else K.DATA_PATH
             diags.warning(key, f"data path {text!r} does not exist on this machine (relative paths start at "
                           f"{inputs.project_dir})", "fix the path, or make sure it exists where tuner run runs")
 
@@ -152,7 +153,7 @@ def compile_inputs(inputs: CompileInputs) -> CompileResult:
     if ds_text:
         files[emit.DEEPSPEED_JSON] = ds_text
     # launch.sh, slurm.sbatch, Kubernetes manifests
-    files.update(cluster.files(s, plan, out_dir, "hardware.main_process_port" in n.explicit))
+    files.update(cluster.files(s, plan, out_dir, K.HARDWARE_MAIN_PROCESS_PORT in n.explicit))
     manifest = emit.manifest(s, plan, inputs.settings_file, src.text, files, diags, inputs.versions)
     files[emit.MANIFEST_JSON] = emit.render_json(manifest)
     for name, text in files.items():  # what tuner run reads back (runtime/artefacts.py) has this cap
@@ -180,21 +181,21 @@ def _load_base(inputs: CompileInputs, text: str, diags: Diagnostics) -> dict[str
     try:
         loaded = parse_yaml(got.text(), str(path))
     except FileError as exc:
-        diags.error("accelerate.base", exc.message,
+        diags.error(K.ACCELERATE_BASE, exc.message,
                     "fix the path, or remove accelerate.base to write a fresh config" if exc.missing else "")
         return {}
     if not isinstance(loaded, dict):
-        diags.error("accelerate.base", f"base accelerate config {path} is not a YAML mapping")
+        diags.error(K.ACCELERATE_BASE, f"base accelerate config {path} is not a YAML mapping")
         return {}
     env = str(loaded.get("compute_environment", "LOCAL_MACHINE"))
     if env != "LOCAL_MACHINE":
-        diags.error("accelerate.base", f"{path} is a {env} config; tuner writes launch configs for local "
+        diags.error(K.ACCELERATE_BASE, f"{path} is a {env} config; tuner writes launch configs for local "
                     "machines (LOCAL_MACHINE), so it cannot merge into it",
                     f"remove accelerate.base, or import it instead: tuner import {path}")
         return {}
     if not _base_keys_ok(loaded, path, diags):
         return {}
-    diags.note("accelerate.base", f"merging into {path}; its other keys are kept")
+    diags.note(K.ACCELERATE_BASE, f"merging into {path}; its other keys are kept")
     return loaded
 
 
@@ -204,11 +205,11 @@ def _base_keys_ok(loaded: dict[Any, Any], path: Path, diags: Diagnostics) -> boo
     unknown = sorted(str(k) for k in loaded if not isinstance(k, str) or k not in emit.ACCELERATE_CONFIG_KEYS)
     if unknown:
         named = ", ".join(unknown[:20]) + (f" and {len(unknown) - 20:,} more" if len(unknown) > 20 else "")
-        diags.error("accelerate.base", f"{path} has keys accelerate's config loader refuses: {named}",
+        diags.error(K.ACCELERATE_BASE, f"{path} has keys accelerate's config loader refuses: {named}",
                     "remove them from the base config (or upgrade accelerate if they are new)")
     blocks = sorted(k for k in emit.ACCELERATE_CONFIG_BLOCKS if loaded.get(k) is not None and not isinstance(loaded[k], dict))
     if blocks:
-        diags.error("accelerate.base", f"{path}: {', '.join(blocks)} must be a mapping of keys",
+        diags.error(K.ACCELERATE_BASE, f"{path}: {', '.join(blocks)} must be a mapping of keys",
                     "fix or remove it in the base config")
     return not unknown and not blocks
 

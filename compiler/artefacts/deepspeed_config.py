@@ -21,6 +21,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from ..diagnostics import Diagnostics
+from ..keys import paths as K
 from ..keys.settings import Settings, global_batch
 from ..plan import deepspeed_rules
 from .deepspeed_offload import (  # noqa: F401 - the optimizer names are public here too
@@ -62,7 +63,7 @@ def build(s: Settings, world_size: int, explicit: AbstractSet[str], diags: Diagn
             block = zero_raw.get(which)
             if isinstance(block, dict) and isinstance(block.get("device"), str):
                 block["device"] = block["device"].strip().lower()  # DeepSpeed's enum is lower-case
-    if not deepspeed_rules.check(raw, "deepspeed.config", diags):
+    if not deepspeed_rules.check(raw, K.DEEPSPEED_CONFIG, diags):
         return raw, s
     out = raw
     if not _batch(out, s, world_size, explicit, builder, diags):
@@ -75,11 +76,11 @@ def build(s: Settings, world_size: int, explicit: AbstractSet[str], diags: Diagn
     offload(out, zero, s, zero.get("stage", 0), explicit, diags, disks, offload_bytes_hint)
     optimizer(out, zero, s, explicit, builder, diags)
     scheduler(out, s, explicit, diags)
-    deepspeed_rules.leftover_auto(out, "deepspeed.config", "", diags)
+    deepspeed_rules.leftover_auto(out, K.DEEPSPEED_CONFIG, "", diags)
     # What tuner added is held to the same rules as the source: a refusal names every key to
     # change, and a compile that passes never writes a JSON DeepSpeed would reject.
     added = Diagnostics(file=diags.file, locate=diags.locate)
-    deepspeed_rules.check(out, "deepspeed.config", added)
+    deepspeed_rules.check(out, K.DEEPSPEED_CONFIG, added)
     diags.extend(added.errors)
     return out, s
 
@@ -95,9 +96,9 @@ def _batch(out: dict, s: Settings, world: int, explicit: AbstractSet[str], build
     total = _as_int(total_raw) if _concrete(total_raw) else None
     micro = _as_int(micro_raw) if _concrete(micro_raw) else None
     accum = _as_int(accum_raw) if _concrete(accum_raw) else None
-    for label, path, value, setting in (("train_micro_batch_size_per_gpu", "training.micro_batch_size", micro,
+    for label, path, value, setting in (("train_micro_batch_size_per_gpu", K.TRAINING_MICRO_BATCH_SIZE, micro,
                                          t.micro_batch_size),
-                                        ("gradient_accumulation_steps", "training.gradient_accumulation_steps",
+                                        ("gradient_accumulation_steps", K.TRAINING_GRADIENT_ACCUMULATION_STEPS,
                                          accum, t.gradient_accumulation_steps)):
         if value is not None and path in explicit and value != setting:
             diags.error(f"deepspeed.config.{label}",
@@ -106,8 +107,8 @@ def _batch(out: dict, s: Settings, world: int, explicit: AbstractSet[str], build
             return False
     # Only a micro batch the person wrote is written: otherwise "auto", which accelerate fills
     # from the script's data loader (as its own YAML-only DeepSpeed setup does).
-    micro_set = "training.micro_batch_size" in explicit
-    accum_set = "training.gradient_accumulation_steps" in explicit or builder
+    micro_set = K.TRAINING_MICRO_BATCH_SIZE in explicit
+    accum_set = K.TRAINING_GRADIENT_ACCUMULATION_STEPS in explicit or builder
     # The factors the run uses. accelerate reads a missing gradient_accumulation_steps as 1.
     derived_accum = False
     if accum is None:
@@ -161,7 +162,7 @@ def _batch(out: dict, s: Settings, world: int, explicit: AbstractSet[str], build
     if total_raw is None and builder:
         out["train_batch_size"] = "auto" if micro_auto else expected
     if (micro, accum) != (t.micro_batch_size, t.gradient_accumulation_steps):
-        diags.note("deepspeed.config", f"micro batch {micro} and accumulation {accum} come from the DeepSpeed config")
+        diags.note(K.DEEPSPEED_CONFIG, f"micro batch {micro} and accumulation {accum} come from the DeepSpeed config")
         t.micro_batch_size, t.gradient_accumulation_steps = micro, accum
     return True
 
@@ -174,7 +175,7 @@ def _precision(out: dict, s: Settings, explicit: AbstractSet[str], diags: Diagno
         section = out.get(block) or (out.get("bfloat16") if block == "bf16" else None)
         enabled = section.get("enabled") if isinstance(section, dict) else None
         if enabled in (True, "true", "True", 1) and t.mixed_precision != block:
-            if "training.mixed_precision" in explicit:
+            if K.TRAINING_MIXED_PRECISION in explicit:
                 diags.error(f"deepspeed.config.{block}.enabled",
                             f"the DeepSpeed config enables {block} but training.mixed_precision = {t.mixed_precision!r}",
                             "set the precision in one place only")
@@ -200,10 +201,10 @@ def _precision(out: dict, s: Settings, explicit: AbstractSet[str], diags: Diagno
 def _clipping(out: dict, s: Settings, explicit: AbstractSet[str], diags: Diagnostics) -> None:
     """Written only when the raw config or a setting the person wrote asks: DeepSpeed's
     default is no clipping."""
-    if "deepspeed.gradient_clipping" in explicit:
-        path, value = "deepspeed.gradient_clipping", s.deepspeed.gradient_clipping
-    elif "training.max_grad_norm" in explicit:
-        path, value = "training.max_grad_norm", s.training.max_grad_norm
+    if K.DEEPSPEED_GRADIENT_CLIPPING in explicit:
+        path, value = K.DEEPSPEED_GRADIENT_CLIPPING, s.deepspeed.gradient_clipping
+    elif K.TRAINING_MAX_GRAD_NORM in explicit:
+        path, value = K.TRAINING_MAX_GRAD_NORM, s.training.max_grad_norm
     else:
         return
     if "gradient_clipping" in out and out["gradient_clipping"] != "auto" and float(out["gradient_clipping"]) != value:
@@ -221,13 +222,13 @@ def _zero(out: dict, s: Settings, explicit: AbstractSet[str], builder: bool, dia
         zero = out["zero_optimization"] = {}
     stage = zero.get("stage")
     if stage is None:
-        if builder or "deepspeed.zero_stage" in explicit:
+        if builder or K.DEEPSPEED_ZERO_STAGE in explicit:
             zero["stage"] = stage = ds.zero_stage
         else:  # written: accelerate refuses a DeepSpeed config without a zero_optimization block
             zero["stage"] = stage = 0
             diags.note("deepspeed.config.zero_optimization.stage", "no ZeRO stage in the DeepSpeed config: "
                        "DeepSpeed's default, stage 0, applies")
-    elif "deepspeed.zero_stage" in explicit and stage != ds.zero_stage:
+    elif K.DEEPSPEED_ZERO_STAGE in explicit and stage != ds.zero_stage:
         diags.error("deepspeed.config.zero_optimization.stage",
                     f"zero_optimization.stage is {stage!r} in the DeepSpeed config but deepspeed.zero_stage = {ds.zero_stage!r}",
                     "set it in one place only")
@@ -249,7 +250,7 @@ def _zero(out: dict, s: Settings, explicit: AbstractSet[str], builder: bool, dia
         names = ("gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save",
                  "stage3_gather_fp16_weights_on_model_save")  # DeepSpeed refuses two of them together
         if not any(n in zero for n in names):
-            if builder or "deepspeed.gather_16bit_weights_on_model_save" in explicit:
+            if builder or K.DEEPSPEED_GATHER_16BIT_WEIGHTS_ON_MODEL_SAVE in explicit:
                 zero[names[1]] = ds.gather_16bit_weights_on_model_save
             elif s.checkpoint.export:
                 diags.warning("deepspeed.config.zero_optimization.stage3_gather_16bit_weights_on_model_save",

@@ -14,6 +14,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from ..diagnostics import Diagnostics
+from ..keys import paths as K
 from ..keys.settings import Settings
 
 #: DeepSpeed optimizer types tuner accepts (the seed's supported list), by lower-case name.
@@ -84,7 +85,7 @@ def offload(out, zero, s: Settings, stage: int, explicit, diags: Diagnostics,
             block = {"device": builder_device}
             zero[which] = block
             out["zero_optimization"] = zero
-            if "deepspeed.pin_memory" in explicit:
+            if K.DEEPSPEED_PIN_MEMORY in explicit:
                 block["pin_memory"] = ds.pin_memory
         if not isinstance(block, dict):
             continue
@@ -108,13 +109,13 @@ def offload(out, zero, s: Settings, stage: int, explicit, diags: Diagnostics,
                 diags.error(key, f"NVMe offload needs ZeRO stage 3 (stage is {stage})",
                             "set deepspeed.zero_stage = 3 or offload to cpu")
             text = str(block.get("nvme_path") or ds.nvme_path)
-            block["nvme_path"] = _check_nvme_path(text, "deepspeed.nvme_path", offload_bytes_hint, diags,
+            block["nvme_path"] = _check_nvme_path(text, K.DEEPSPEED_NVME_PATH, offload_bytes_hint, diags,
                                                   disks(text) if text else None)
             if which == "offload_param" and not block.get("buffer_size"):
                 size = ds.buffer_size or offload_bytes_hint // 64
                 if size > _NVME_PARAM_BUFFER:  # DeepSpeed's default, too small for the largest parameter
                     block["buffer_size"] = size
-                    diags.note("deepspeed.buffer_size", f"NVMe parameter buffer size chosen: {size}")
+                    diags.note(K.DEEPSPEED_BUFFER_SIZE, f"NVMe parameter buffer size chosen: {size}")
         for k in ("buffer_size", "buffer_count", "max_in_cpu"):
             if isinstance(block.get(k), float) and block[k].is_integer():
                 block[k] = int(block[k])
@@ -134,10 +135,10 @@ def optimizer(out: dict, zero: dict, s: Settings, explicit: AbstractSet[str], bu
     offload = str((zero.get("offload_optimizer") or {}).get("device", "none")) != "none"
     if opt is not None:
         opt["type"] = normalise_optimizer(opt["type"], "deepspeed.config.optimizer.type", diags) or opt["type"]
-    elif "deepspeed.optimizer" in explicit:
-        name = normalise_optimizer(s.deepspeed.optimizer, "deepspeed.optimizer", diags) or "AdamW"
+    elif K.DEEPSPEED_OPTIMIZER in explicit:
+        name = normalise_optimizer(s.deepspeed.optimizer, K.DEEPSPEED_OPTIMIZER, diags) or "AdamW"
         opt = out["optimizer"] = {"type": name, "params": {"lr": "auto", "weight_decay": "auto"}}
-        diags.note("deepspeed.optimizer", f"DeepSpeed optimizer {name}; its lr and weight_decay are 'auto', "
+        diags.note(K.DEEPSPEED_OPTIMIZER, f"DeepSpeed optimizer {name}; its lr and weight_decay are 'auto', "
                    "filled by accelerate (tuner run passes training.learning_rate and weight_decay)")
     elif offload and out.get("zero_force_ds_cpu_optimizer", True) is not False:
         # No block is added (what the settings or the source file say is what the JSON says):
@@ -146,7 +147,7 @@ def optimizer(out: dict, zero: dict, s: Settings, explicit: AbstractSet[str], bu
         # would fail with a block ("cannot specify an optimizer in the config file and in the
         # code"). DeepSpeed refuses any other client optimizer with offload.
         if t.optimizer not in _OFFLOAD_OPTIMIZERS:
-            diags.error("training.optimizer", f"ZeRO-Offload runs the optimizer with DeepSpeed's CPU Adam, which has "
+            diags.error(K.TRAINING_OPTIMIZER, f"ZeRO-Offload runs the optimizer with DeepSpeed's CPU Adam, which has "
                         f"no {t.optimizer!r} (DeepSpeed refuses another client optimizer with offload)",
                         "use training.optimizer = 'adamw' or 'adam', or set deepspeed.optimizer to a DeepSpeed optimizer")
             return
@@ -177,12 +178,12 @@ _SCHEDULER_AUTO = {
 
 def scheduler(out: dict, s: Settings, explicit: AbstractSet[str], diags: Diagnostics) -> None:
     sched = out.get("scheduler")
-    if sched is None and "deepspeed.scheduler" in explicit:
+    if sched is None and K.DEEPSPEED_SCHEDULER in explicit:
         name = s.deepspeed.scheduler
         sched = out["scheduler"] = {"type": name, "params": {k: "auto" for k in _SCHEDULER_AUTO.get(name, ())}}
     if sched is None:
         return
-    severity = diags.warning if "training.lr_scheduler" in explicit else diags.note
+    severity = diags.warning if K.TRAINING_LR_SCHEDULER in explicit else diags.note
     severity("deepspeed.config.scheduler",
              f"the DeepSpeed config's scheduler {sched.get('type')} sets the learning rate; "
              f"training.lr_scheduler = {s.training.lr_scheduler!r} is not used",

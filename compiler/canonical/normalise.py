@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..diagnostics import Diagnostics
+from ..keys import paths as K
 from ..keys.schema import SchemaIndex, index, index_of
 from ..keys.settings import Settings
 from ..read import files
@@ -215,7 +216,7 @@ def _load_deepspeed_config(value: Any, diags: Diagnostics, read: Reader | None) 
     if not value.strip():
         return {}
     if read is None:
-        diags.error("deepspeed.config", f"DeepSpeed config file {value} was not read before normalising",
+        diags.error(K.DEEPSPEED_CONFIG, f"DeepSpeed config file {value} was not read before normalising",
                     "normalise with the gather stage's reader (tuner.compiler.gather)")
         return {}
     got = read(value, "DeepSpeed config file")
@@ -225,12 +226,12 @@ def _load_deepspeed_config(value: Any, diags: Diagnostics, read: Reader | None) 
     except files.FileError as exc:
         fix = ("fix the path (relative paths start at the settings file) or inline the config as a table"
                if exc.missing else "fix the JSON (a missing comma is the usual cause)" if exc.content else "")
-        diags.error("deepspeed.config", exc.message, fix)
+        diags.error(K.DEEPSPEED_CONFIG, exc.message, fix)
         return {}
     if not isinstance(loaded, dict):
-        diags.error("deepspeed.config", f"{path} must hold a JSON object, not {type(loaded).__name__}")
+        diags.error(K.DEEPSPEED_CONFIG, f"{path} must hold a JSON object, not {type(loaded).__name__}")
         return {}
-    diags.note("deepspeed.config", f"read DeepSpeed config from {path}")
+    diags.note(K.DEEPSPEED_CONFIG, f"read DeepSpeed config from {path}")
     return loaded
 
 
@@ -257,7 +258,7 @@ def normalise(
         info = idx.keys[path]
         written = builder.origin[path]
         value = copy.deepcopy(value)
-        if path == "deepspeed.config":
+        if path == K.DEEPSPEED_CONFIG:
             value = _load_deepspeed_config(value, diags, read)
             if isinstance(value, dict) and set(value) == {"deepspeed_config"} and isinstance(value["deepspeed_config"], dict):
                 value = value["deepspeed_config"]
@@ -268,12 +269,12 @@ def normalise(
                             "DeepSpeed's JSON)", "write a finite number")
                 value = {}
                 result.invalid.add(path)
-        elif path == "model.family" and isinstance(value, str) and value.strip().lower() in FAMILY_ALIASES:
+        elif path == K.MODEL_FAMILY and isinstance(value, str) and value.strip().lower() in FAMILY_ALIASES:
             family, flavour = FAMILY_ALIASES[value.strip().lower()]
             if family != value:
                 diags.note(written, f"model family {value!r} is trained as {family!r}"
                            + (f" (flavour {flavour!r})" if flavour else ""))
-            if flavour and "model.flavour" not in builder.values:
+            if flavour and K.MODEL_FLAVOUR not in builder.values:
                 settings["model"]["flavour"] = flavour
             value = family
         else:

@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from ..diagnostics import Diagnostics
+from ..keys import paths as K
 from ..keys.schema import index
 from . import patterns
 
@@ -100,18 +101,18 @@ def check_accelerate_base(cfg: dict[str, Any], diags: Diagnostics) -> None:
         fixed = spellings.gpu_ids(raw)
         text = fixed.replace(" ", "") if isinstance(fixed, str) else None
         if text is None or not re.fullmatch(r"all|[0-9]{1,4}(,[0-9]{1,4}){0,1023}", text):
-            diags.error("accelerate.base", f"gpu_ids {_describe(raw)} in the base config is not \"all\" or GPU "
+            diags.error(K.ACCELERATE_BASE, f"gpu_ids {_describe(raw)} in the base config is not \"all\" or GPU "
                         "indices", 'write gpu_ids: "all" or a comma-separated list such as "0,1"')
         elif text != raw:
-            diags.note("accelerate.base", f"gpu_ids {_describe(raw)} from the base config written as {text!r}, "
+            diags.note(K.ACCELERATE_BASE, f"gpu_ids {_describe(raw)} from the base config written as {text!r}, "
                        "the form accelerate's launcher reads")
             cfg["gpu_ids"] = text
-    choices = index().keys["accelerate.dynamo_backend"].setting.choices or ()
+    choices = index().keys[K.ACCELERATE_DYNAMO_BACKEND].setting.choices or ()
     dynamo = cfg.get("dynamo_config")
     for where, value in (("dynamo_config.dynamo_backend", dynamo.get("dynamo_backend") if isinstance(dynamo, dict)
                           else None), ("dynamo_backend", cfg.get("dynamo_backend"))):
         if value is not None and (not isinstance(value, str) or value.strip().lower() not in choices):
-            diags.error("accelerate.base", f"{where} {_describe(value)} in the base config is not a dynamo backend "
+            diags.error(K.ACCELERATE_BASE, f"{where} {_describe(value)} in the base config is not a dynamo backend "
                         "accelerate knows", f"use one of {', '.join(c.upper() for c in choices)} (or remove it)")
     if dynamo is not None and not isinstance(dynamo, dict):
-        diags.error("accelerate.base", f"dynamo_config in the base config must be a mapping (got {_describe(dynamo)})")
+        diags.error(K.ACCELERATE_BASE, f"dynamo_config in the base config must be a mapping (got {_describe(dynamo)})")

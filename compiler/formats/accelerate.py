@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..keys import paths as K
 from ..keys.schema import accelerate_names
 from .base import Imported, ImportRefused
 
@@ -61,13 +62,13 @@ def read(data: dict[str, Any], path: Path, out: Imported) -> None:
     if str(data.get("mixed_precision", "no")).lower() == "fp8":
         raise ImportRefused(f"{src}: mixed_precision fp8 is not a precision tuner compiles (no, fp16, bf16)")
     if dtype == "FSDP":
-        out.set("fsdp.enabled", True, src)
+        out.set(K.FSDP_ENABLED, True, src)
     elif dtype == "DEEPSPEED":
-        out.set("deepspeed.enabled", True, src)
+        out.set(K.DEEPSPEED_ENABLED, True, src)
     # The source's target, not the importing machine: a GPU config says cuda (item: judged
     # for where it runs, so an FSDP v1 config imports fine on a laptop).
     cpu = data.get("use_cpu") is True or dtype == "MULTI_CPU"
-    out.set("hardware.platform", "cpu" if cpu else "cuda", src)
+    out.set(K.HARDWARE_PLATFORM, "cpu" if cpu else "cuda", src)
     for key, target in TOP.items():
         if data.get(key) is not None:
             value = data[key]
@@ -76,12 +77,12 @@ def read(data: dict[str, Any], path: Path, out: Imported) -> None:
             out.set(target, value, src)
     if dtype == "NO" and isinstance(data.get("num_processes"), int) and data["num_processes"] > 1:
         # accelerate launch runs a NO config through its simple launcher: one process.
-        out.set("hardware.num_processes", 1, src)
+        out.set(K.HARDWARE_NUM_PROCESSES, 1, src)
         out.remarks.append(f"{src}: distributed_type NO with num_processes {data['num_processes']}: accelerate "
                            "launches one process, so it is imported as one")
     gpu_ids = data.get("gpu_ids")
     if gpu_ids not in (None, "all"):
-        out.set("hardware.gpu_ids", gpu_ids, src)
+        out.set(K.HARDWARE_GPU_IDS, gpu_ids, src)
     if dtype == "FSDP":
         # no fsdp_config: accelerate builds its plugin from its own defaults (FSDP v1)
         _fsdp(data["fsdp_config"] if isinstance(data.get("fsdp_config"), dict) else {}, src, out)
@@ -109,12 +110,12 @@ def read(data: dict[str, Any], path: Path, out: Imported) -> None:
     _parallelism(data.get("parallelism_config"), src, out)
     dyn = data.get("dynamo_config") or {}
     if isinstance(dyn, dict) and dyn.get("dynamo_backend") not in (None, "NO", "no"):
-        out.set("accelerate.dynamo_backend", str(dyn["dynamo_backend"]).lower(), src)
+        out.set(K.ACCELERATE_DYNAMO_BACKEND, str(dyn["dynamo_backend"]).lower(), src)
     for key, value in data.items():
         if key not in TOP and key not in IGNORED and value not in (None, [], {}, False):
             out.unmodelled[key] = value
     if out.unmodelled:
-        out.set("accelerate.base", str(path.resolve()), src)
+        out.set(K.ACCELERATE_BASE, str(path.resolve()), src)
         out.remarks.append(f"{src}: keys tuner does not model ({', '.join(sorted(out.unmodelled))}) survive "
                            "through accelerate.base")
 
@@ -125,26 +126,26 @@ def _fsdp(fsdp: dict[str, Any], src: str, out: Imported) -> None:
             out.set(FSDP_KEYS[key], value, src)
         elif key == "fsdp_reshard_after_forward":
             if isinstance(value, bool):
-                out.set("fsdp.reshard_after_forward", value, src)
+                out.set(K.FSDP_RESHARD_AFTER_FORWARD, value, src)
             else:  # FSDP v1 spells it as a sharding strategy
-                out.set("fsdp.sharding_strategy", str(value).lower(), src)
-                out.set("fsdp.reshard_after_forward", str(value).upper() in ("FULL_SHARD", "HYBRID_SHARD"), src)
+                out.set(K.FSDP_SHARDING_STRATEGY, str(value).lower(), src)
+                out.set(K.FSDP_RESHARD_AFTER_FORWARD, str(value).upper() in ("FULL_SHARD", "HYBRID_SHARD"), src)
         else:
             out.unmodelled[f"fsdp_config.{key}"] = value
     # What accelerate launch uses for what the file leaves unset (launch parser defaults,
     # then FullyShardedDataParallelPlugin's): keep that meaning, not tuner's defaults.
     version = fsdp.get("fsdp_version", 1)
-    out.default("fsdp.version", 1, src, "no fsdp_version, so accelerate would use FSDP v1; imported as version 1")
-    out.default("fsdp.cpu_ram_efficient_loading", True, src,
+    out.default(K.FSDP_VERSION, 1, src, "no fsdp_version, so accelerate would use FSDP v1; imported as version 1")
+    out.default(K.FSDP_CPU_RAM_EFFICIENT_LOADING, True, src,
                 "no fsdp_cpu_ram_efficient_loading: accelerate launch turns it on; imported as true")
     if str(version) == "1":
-        out.default("fsdp.sync_module_states", True, src,
+        out.default(K.FSDP_SYNC_MODULE_STATES, True, src,
                     "no fsdp_sync_module_states: accelerate launch turns it on for FSDP v1; imported as true")
-        out.default("fsdp.backward_prefetch", "NO_PREFETCH", src,
+        out.default(K.FSDP_BACKWARD_PREFETCH, "NO_PREFETCH", src,
                     "no fsdp_backward_prefetch: accelerate uses none; imported as NO_PREFETCH")
-    out.default("fsdp.auto_wrap_policy", "none", src,
+    out.default(K.FSDP_AUTO_WRAP_POLICY, "none", src,
                 "no fsdp_auto_wrap_policy: accelerate wraps nothing (NO_WRAP); imported as none")
-    out.default("checkpoint.state_dict_type", "full" if str(version) == "1" else "sharded", src,
+    out.default(K.CHECKPOINT_STATE_DICT_TYPE, "full" if str(version) == "1" else "sharded", src,
                 "no fsdp_state_dict_type: accelerate's default for this FSDP version imported")
 
 
@@ -152,11 +153,11 @@ def _deepspeed_defaults(src: str, out: Imported) -> None:
     """A DeepSpeed setup in the YAML alone: what the file leaves unset is what accelerate's
     `DeepSpeedPlugin` uses (stage 2, no offload, zero.Init for stage 3, no 16-bit gather on
     save), not tuner's defaults."""
-    out.default("deepspeed.zero_stage", 2, src, "no zero_stage: accelerate's DeepSpeedPlugin uses stage 2; imported as 2")
-    if str(out.values.get("deepspeed.zero_stage")) == "3":
-        out.default("deepspeed.zero3_init", True, src,
+    out.default(K.DEEPSPEED_ZERO_STAGE, 2, src, "no zero_stage: accelerate's DeepSpeedPlugin uses stage 2; imported as 2")
+    if str(out.values.get(K.DEEPSPEED_ZERO_STAGE)) == "3":
+        out.default(K.DEEPSPEED_ZERO3_INIT, True, src,
                     "no zero3_init_flag: accelerate initialises a stage-3 model sharded (zero.Init); imported as true")
-        out.default("deepspeed.gather_16bit_weights_on_model_save", False, src,
+        out.default(K.DEEPSPEED_GATHER_16BIT_WEIGHTS_ON_MODEL_SAVE, False, src,
                     "no zero3_save_16bit_model: accelerate's default (false) imported")
 
 
@@ -171,7 +172,7 @@ def _parallelism(pc: Any, src: str, out: Imported) -> None:
     names = accelerate_names("parallelism_config")
     if cp_on or sp_on:
         if cp_on:
-            out.set("hardware.platform", "cuda", src)
+            out.set(K.HARDWARE_PLATFORM, "cuda", src)
         for key, target in names.items():
             if key in pc and (key.startswith("parallelism_config_cp_") if cp_on else key.startswith("parallelism_config_sp_")):
                 out.set(target, pc[key], src)
@@ -181,7 +182,7 @@ def _parallelism(pc: Any, src: str, out: Imported) -> None:
     else:
         rest = dict(pc)  # accelerate turns the parallelism config on whenever the table is there
     if rest:
-        out.set("accelerate.parallelism_config", rest, src)
+        out.set(K.ACCELERATE_PARALLELISM_CONFIG, rest, src)
 
 
 def _find_relative(candidate: Path, yaml_path: Path) -> Path | None:

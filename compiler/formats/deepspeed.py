@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..keys import paths as K
 from .base import Imported
 
 #: Top-level keys only DeepSpeed configs have (with the value type that marks them).
@@ -41,26 +42,26 @@ def _int(value: Any) -> int | None:
 def read(data: dict[str, Any], path: Path, out: Imported, world_known: bool = False) -> None:
     """`world_known`: an accelerate YAML beside it states the process count."""
     src = path.name
-    out.set("deepspeed.enabled", True, src)
-    out.set("deepspeed.config", data, src)
-    if "hardware.platform" not in out.values:
-        out.set("hardware.platform", "cuda", src)  # DeepSpeed's target; tuner refuses it on MPS/ROCm
+    out.set(K.DEEPSPEED_ENABLED, True, src)
+    out.set(K.DEEPSPEED_CONFIG, data, src)
+    if K.HARDWARE_PLATFORM not in out.values:
+        out.set(K.HARDWARE_PLATFORM, "cuda", src)  # DeepSpeed's target; tuner refuses it on MPS/ROCm
     zero = data.get("zero_optimization")
     if isinstance(zero, dict) and str(zero.get("stage")) == "3":
         # accelerate's DeepSpeedPlugin (and the HF Trainer) build the model under zero.Init
         # for a stage-3 config unless told otherwise.
-        out.default("deepspeed.zero3_init", True, src,
+        out.default(K.DEEPSPEED_ZERO3_INIT, True, src,
                     "stage 3 with no zero3_init_flag: accelerate initialises the model sharded (zero.Init); kept")
     micro, accum, total = (_int(data.get(k)) for k in ("train_micro_batch_size_per_gpu",
                                                         "gradient_accumulation_steps", "train_batch_size"))
-    if world_known or "hardware.num_processes" in out.values:
+    if world_known or K.HARDWARE_NUM_PROCESSES in out.values:
         return
     if micro and total and not accum and data.get("gradient_accumulation_steps") in (None, "auto"):
         accum = 1  # accelerate's DeepSpeedPlugin fills an unset or "auto" accumulation with 1
     sp = _int(data.get("sequence_parallel_size")) or 1  # Ulysses: DeepSpeed's batch counts world / sp ranks
     if micro and accum and total and total % (micro * accum) == 0:
         world = total // (micro * accum) * sp
-        out.set("hardware.num_processes", world, src)
+        out.set(K.HARDWARE_NUM_PROCESSES, world, src)
         per_sp = f" x sequence_parallel_size {sp}" if sp > 1 else ""
         out.remarks.append(f"{src}: num_processes {world} inferred from train_batch_size {total} / "
                            f"(micro {micro} x accumulation {accum}){per_sp}, the only world size DeepSpeed accepts")

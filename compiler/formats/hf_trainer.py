@@ -25,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..keys import paths as K
 from .base import Imported, ImportRefused
 
 INSTALL = "pip install 'tuner-train[runtime]'"
@@ -38,19 +39,19 @@ STRONG = {"per_device_train_batch_size", "fsdp_config", "lr_scheduler_type", "op
           "eval_strategy", "evaluation_strategy", "ddp_backend", "warmup_ratio"}
 SWIFT_KEYS = {"train_type", "template", "swift_version", "sequence_parallel_size", "model_type"}
 SIMPLE = {
-    "per_device_train_batch_size": "training.micro_batch_size",
-    "gradient_accumulation_steps": "training.gradient_accumulation_steps",
-    "learning_rate": "training.learning_rate",
-    "weight_decay": "training.weight_decay",
-    "max_grad_norm": "training.max_grad_norm",
-    "warmup_steps": "training.warmup_steps",
-    "warmup_ratio": "training.warmup_ratio",
-    "lr_scheduler_type": "training.lr_scheduler",
-    "optim": "training.optimizer",
-    "seed": "training.seed",
-    "gradient_checkpointing": "training.gradient_checkpointing",
-    "logging_steps": "training.log_every",
-    "output_dir": "output.dir",
+    "per_device_train_batch_size": K.TRAINING_MICRO_BATCH_SIZE,
+    "gradient_accumulation_steps": K.TRAINING_GRADIENT_ACCUMULATION_STEPS,
+    "learning_rate": K.TRAINING_LEARNING_RATE,
+    "weight_decay": K.TRAINING_WEIGHT_DECAY,
+    "max_grad_norm": K.TRAINING_MAX_GRAD_NORM,
+    "warmup_steps": K.TRAINING_WARMUP_STEPS,
+    "warmup_ratio": K.TRAINING_WARMUP_RATIO,
+    "lr_scheduler_type": K.TRAINING_LR_SCHEDULER,
+    "optim": K.TRAINING_OPTIMIZER,
+    "seed": K.TRAINING_SEED,
+    "gradient_checkpointing": K.TRAINING_GRADIENT_CHECKPOINTING,
+    "logging_steps": K.TRAINING_LOG_EVERY,
+    "output_dir": K.OUTPUT_DIR,
 }
 FSDP_OPTIONS = {"full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "offload", "auto_wrap"}
 
@@ -78,9 +79,9 @@ def read_swift(data: dict[str, Any], path: Path, out: Imported) -> None:
     src = path.name
     train_type = str(data.get("train_type", "")).lower()
     if train_type:
-        out.set("model.type", "lora" if train_type in ("lora", "qlora", "longlora", "adalora", "dora") else "full", src)
+        out.set(K.MODEL_TYPE, "lora" if train_type in ("lora", "qlora", "longlora", "adalora", "dora") else "full", src)
     if isinstance(data.get("model"), str):
-        out.set("model.path", data["model"], src)
+        out.set(K.MODEL_PATH, data["model"], src)
     sp = data.get("sequence_parallel_size")
     if isinstance(sp, int) and sp > 1:
         out.unmodelled["sequence_parallel_size"] = sp
@@ -146,21 +147,21 @@ def read(data: dict[str, Any], path: Path, out: Imported, swift: bool = False) -
     if other:
         out.not_distributed.setdefault(src, {}).update(other)
     if data.get("bf16") is True:
-        out.set("training.mixed_precision", "bf16", src)
+        out.set(K.TRAINING_MIXED_PRECISION, "bf16", src)
     elif data.get("fp16") is True:
-        out.set("training.mixed_precision", "fp16", src)
+        out.set(K.TRAINING_MIXED_PRECISION, "fp16", src)
     max_steps = data.get("max_steps")
     if isinstance(max_steps, int) and max_steps > 0:
-        out.set("training.max_steps", max_steps, src)
+        out.set(K.TRAINING_MAX_STEPS, max_steps, src)
     elif isinstance(data.get("num_train_epochs"), (int, float)):
-        out.set("training.max_steps", 0, src)
-        out.set("training.num_epochs", max(1, math.ceil(data["num_train_epochs"])), src)
+        out.set(K.TRAINING_MAX_STEPS, 0, src)
+        out.set(K.TRAINING_NUM_EPOCHS, max(1, math.ceil(data["num_train_epochs"])), src)
     if data.get("save_strategy") in ("steps", None) and isinstance(data.get("save_steps"), int):
-        out.set("checkpoint.every_steps", data["save_steps"], src)
+        out.set(K.CHECKPOINT_EVERY_STEPS, data["save_steps"], src)
     if isinstance(data.get("save_total_limit"), int) and data["save_total_limit"] > 0:
-        out.set("checkpoint.keep_last", data["save_total_limit"], src)
+        out.set(K.CHECKPOINT_KEEP_LAST, data["save_total_limit"], src)
     cpu = data.get("use_cpu") is True or data.get("no_cuda") is True
-    out.set("hardware.platform", "cpu" if cpu else "cuda", src)
+    out.set(K.HARDWARE_PLATFORM, "cpu" if cpu else "cuda", src)
     if _is_fsdp(data.get("fsdp")):
         _fsdp(data["fsdp"], data.get("fsdp_config") or {}, src, out)
     ds = data.get("deepspeed")
@@ -174,38 +175,38 @@ def read(data: dict[str, Any], path: Path, out: Imported, swift: bool = False) -
             deepspeed.read(load(found), found, out)
         except ImportError_:
             out.remarks.append(f"{src}: deepspeed {ds} not found next to it; pass it as another source")
-            out.set("deepspeed.enabled", True, src)
+            out.set(K.DEEPSPEED_ENABLED, True, src)
 
 
 def _fsdp(options: Any, config: dict[str, Any], src: str, out: Imported) -> None:
     words = options.split() if isinstance(options, str) else list(options)
     cfg = {k.removeprefix("fsdp_"): v for k, v in config.items()} if isinstance(config, dict) else {}
-    out.set("fsdp.enabled", True, src)
+    out.set(K.FSDP_ENABLED, True, src)
     version = int(cfg.get("version", 1))
-    out.set("fsdp.version", version, src)
+    out.set(K.FSDP_VERSION, version, src)
     strategy = next((w for w in words if w not in ("offload", "auto_wrap")), "full_shard")
     strategy = "hybrid_shard" if strategy == "hybrid_shard_zero2" else strategy
     if version == 1:
-        out.set("fsdp.sharding_strategy", strategy, src)
-    out.set("fsdp.reshard_after_forward", bool(cfg.get("reshard_after_forward", strategy in ("full_shard", "hybrid_shard"))), src)
-    out.set("fsdp.offload_params", "offload" in words, src)
+        out.set(K.FSDP_SHARDING_STRATEGY, strategy, src)
+    out.set(K.FSDP_RESHARD_AFTER_FORWARD, bool(cfg.get("reshard_after_forward", strategy in ("full_shard", "hybrid_shard"))), src)
+    out.set(K.FSDP_OFFLOAD_PARAMS, "offload" in words, src)
     classes = cfg.get("transformer_layer_cls_to_wrap")
     if classes:
-        out.set("fsdp.auto_wrap_policy", "transformer", src)
-        out.set("fsdp.transformer_layer_cls_to_wrap", classes, src)
+        out.set(K.FSDP_AUTO_WRAP_POLICY, "transformer", src)
+        out.set(K.FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP, classes, src)
     elif int(cfg.get("min_num_params", 0) or 0) > 0:
-        out.set("fsdp.auto_wrap_policy", "size", src)
-        out.set("fsdp.min_num_params", int(cfg["min_num_params"]), src)
+        out.set(K.FSDP_AUTO_WRAP_POLICY, "size", src)
+        out.set(K.FSDP_MIN_NUM_PARAMS, int(cfg["min_num_params"]), src)
     elif "auto_wrap" in words:
-        out.set("fsdp.auto_wrap_policy", "transformer", src)  # the model's _no_split_modules, as transformers does
+        out.set(K.FSDP_AUTO_WRAP_POLICY, "transformer", src)  # the model's _no_split_modules, as transformers does
     else:
-        out.set("fsdp.auto_wrap_policy", "none", src)
+        out.set(K.FSDP_AUTO_WRAP_POLICY, "none", src)
     # transformers' own defaults for what fsdp_config leaves unset.
     for key, default in (("use_orig_params", True), ("sync_module_states", True), ("forward_prefetch", False),
                          ("cpu_ram_efficient_loading", False), ("activation_checkpointing", False)):
         out.set(f"fsdp.{key}", _bool(cfg.get(key, default)), src)
     if cfg.get("backward_prefetch"):
-        out.set("fsdp.backward_prefetch", str(cfg["backward_prefetch"]).upper(), src)
+        out.set(K.FSDP_BACKWARD_PREFETCH, str(cfg["backward_prefetch"]).upper(), src)
     if version == 2:
         for key in ("use_orig_params", "sync_module_states", "forward_prefetch"):
             out.values.pop(f"fsdp.{key}", None)  # FSDP2 has none of these

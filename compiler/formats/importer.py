@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..keys import paths as K
 from ..keys.schema import index
 from . import FORMATS, READERS, detect, unrecognised_message
 from .base import Imported, ImportError_, ImportRefused, load
@@ -50,7 +51,7 @@ def to_toml(imp: Imported) -> str:
 
     idx = index()
     values = _canonical_spellings(imp.values)
-    for path in ("training.optimizer", "model.family", "training.lr_scheduler"):
+    for path in (K.TRAINING_OPTIMIZER, K.MODEL_FAMILY, K.TRAINING_LR_SCHEDULER):
         # another trainer's vocabulary mapped onto tuner's: say so (e.g. SimpleTuner's adamw_bf16)
         if path in values and isinstance(imp.values[path], str) and values[path] != imp.values[path]:
             imp.remarks.append(f"{path}: {imp.values[path]!r} is written as {values[path]!r} "
@@ -67,7 +68,7 @@ def to_toml(imp: Imported) -> str:
         for path in sorted(keys, key=list(idx.keys).index):
             table.add(path.split(".", 1)[1], _tomlable(values[path]))
         doc.add(section, table)
-    if imp.unmodelled and not any(p == "accelerate.base" for p in imp.values):
+    if imp.unmodelled and not any(p == K.ACCELERATE_BASE for p in imp.values):
         doc.add(tomlkit.nl())
         doc.add(tomlkit.comment("Not used by tuner (kept here for reference):"))
         for key, value in sorted(imp.unmodelled.items()):
@@ -97,7 +98,7 @@ def _canonical_spellings(values: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for path, value in values.items():
         section, name = path.split(".", 1)
-        out[path] = value if path in n.invalid or path == "deepspeed.config" else n.settings[section][name]
+        out[path] = value if path in n.invalid or path == K.DEEPSPEED_CONFIG else n.settings[section][name]
     return out
 
 

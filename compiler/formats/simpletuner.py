@@ -11,13 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..keys import paths as K
 from ..keys.schema import index
 from .base import Imported
 
 #: SimpleTuner names that are not aliases of a key (the declared aliases, compiler/keys/sections/,
 #: are read as they are).
 NAMES = {
-    "checkpoint_step_interval": "checkpoint.every_steps",
+    "checkpoint_step_interval": K.CHECKPOINT_EVERY_STEPS,
 }
 #: Keys that only a SimpleTuner config has: with one of them, a flat file is SimpleTuner's.
 HALLMARKS = {"model_family", "data_backend_config", "pretrained_model_name_or_path", "lora_type",
@@ -67,12 +68,12 @@ def read(data: dict[str, Any], path: Path, out: Imported) -> None:
             other[key] = value
     if other:
         out.not_distributed.setdefault(src, {}).update(other)
-    out.default("hardware.platform", "cuda", src, "target platform cuda (a SimpleTuner GPU config); "
+    out.default(K.HARDWARE_PLATFORM, "cuda", src, "target platform cuda (a SimpleTuner GPU config); "
                 "set hardware.platform for another")
-    ds = str(out.values.get("deepspeed.enabled", "")).lower() in ("true", "1") or "deepspeed.config" in out.values
+    ds = str(out.values.get(K.DEEPSPEED_ENABLED, "")).lower() in ("true", "1") or K.DEEPSPEED_CONFIG in out.values
     if not ds:  # SimpleTuner's own clipping defaults (its parser): each value, at 2.0; DeepSpeed clips itself
-        out.default("training.max_grad_norm", 2.0, src, "no max_grad_norm: SimpleTuner's default 2.0 imported")
-        out.default("training.clip_method", "value", src,
+        out.default(K.TRAINING_MAX_GRAD_NORM, 2.0, src, "no max_grad_norm: SimpleTuner's default 2.0 imported")
+        out.default(K.TRAINING_CLIP_METHOD, "value", src,
                     "no grad_clip_method: SimpleTuner clips each gradient value by default; imported as 'value'")
     _context_parallel(out, src)
 
@@ -82,16 +83,16 @@ def _context_parallel(out: Imported, src: str) -> None:
     settings say so (see docs/interop.md), and the process count, which a SimpleTuner file
     leaves to its launcher, is at least the CP size."""
     try:
-        size = int(out.values.get("context_parallel.size", 1))
+        size = int(out.values.get(K.CONTEXT_PARALLEL_SIZE, 1))
     except (TypeError, ValueError):
         return  # the compile reports the bad value
     if size <= 1:
         return
-    fsdp_on = str(out.values.get("fsdp.enabled", False)).lower() in ("true", "1")
-    if not fsdp_on and "deepspeed.config" not in out.values:
-        out.set("context_parallel.standalone", True, src)
+    fsdp_on = str(out.values.get(K.FSDP_ENABLED, False)).lower() in ("true", "1")
+    if not fsdp_on and K.DEEPSPEED_CONFIG not in out.values:
+        out.set(K.CONTEXT_PARALLEL_STANDALONE, True, src)
         out.remarks.append(f"{src}: context_parallel_size {size} without FSDP: SimpleTuner's standalone context "
                            "parallelism, imported as context_parallel.standalone = true")
-    out.default("hardware.num_processes", size, src,
+    out.default(K.HARDWARE_NUM_PROCESSES, size, src,
                 f"the file does not say how many processes run it; imported as {size} (the context-parallel size); "
                 "set hardware.num_processes to your GPU count (a multiple of it)")

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..keys import paths as K
 from .base import Imported
 
 #: axolotl dataset types -> tuner's data.format, and the entry's field key -> tuner's column key.
-_AXOLOTL_TYPES = {"chat_template": ("chat", "field_messages", "data.messages_column"),
-                  "completion": ("text", "field", "data.text_column")}
+_AXOLOTL_TYPES = {"chat_template": ("chat", "field_messages", K.DATA_MESSAGES_COLUMN),
+                  "completion": ("text", "field", K.DATA_TEXT_COLUMN)}
 #: Dataset entry keys imported (the rest of an entry is listed with a reason).
 _ENTRY_DONE = {"path", "type", "split", "field_messages", "field"}
 
@@ -33,7 +34,7 @@ def _fraction(key: str, value: Any, src: str, out: Imported, other: dict[str, An
     except (TypeError, ValueError):
         number = -1.0
     if 0 <= number <= 0.5:
-        out.set("data.validation_split", number, src)
+        out.set(K.DATA_VALIDATION_SPLIT, number, src)
     else:
         other[key] = value
         out.remarks.append(f"{src}: {key} {value!r} is not a fraction from 0 to 0.5 (tuner's data.validation_split "
@@ -46,7 +47,7 @@ def _packing_and_held_out(data: dict[str, Any], packing: str, held_out: str, src
     (axolotl and LLaMA-Factory spell the same two keys differently)."""
     if packing in data:
         if isinstance(data[packing], bool):
-            out.set("data.packing", data[packing], src)
+            out.set(K.DATA_PACKING, data[packing], src)
         other.pop(packing, None)
     if held_out in data:
         other.pop(held_out, None)
@@ -58,11 +59,11 @@ def axolotl_data(data: dict[str, Any], src: str, out: Imported, other: dict[str,
     _packing_and_held_out(data, "sample_packing", "val_set_size", src, out, other)
     template = data.get("chat_template")
     if template == "jinja" and isinstance(data.get("chat_template_jinja"), str):
-        out.set("data.chat_template", data["chat_template_jinja"], src)
+        out.set(K.DATA_CHAT_TEMPLATE, data["chat_template_jinja"], src)
         other.pop("chat_template", None)
         other.pop("chat_template_jinja", None)
     elif template == "tokenizer_default":
-        out.set("data.chat_template", "", src)  # the tokenizer's own, as tuner's empty value
+        out.set(K.DATA_CHAT_TEMPLATE, "", src)  # the tokenizer's own, as tuner's empty value
         other.pop("chat_template", None)
     elif template:
         out.remarks.append(f"{src}: chat_template {template!r} is one of axolotl's named templates; tuner uses the "
@@ -85,7 +86,7 @@ def _datasets(datasets: Any, src: str, out: Imported, other: dict[str, Any]) -> 
     left = {k: v for k, v in entry.items() if k not in _ENTRY_DONE}
     path = entry.get("path")
     if isinstance(path, str) and _is_local(path):
-        out.set("data.path", path, src)
+        out.set(K.DATA_PATH, path, src)
     elif path:
         left["path"] = path
         out.remarks.append(f"{src}: datasets path {path!r} is a Hugging Face Hub data set; tuner reads local data "
@@ -93,7 +94,7 @@ def _datasets(datasets: Any, src: str, out: Imported, other: dict[str, Any]) -> 
     kind = entry.get("type")
     if kind in _AXOLOTL_TYPES:
         fmt, field, column = _AXOLOTL_TYPES[kind]
-        out.set("data.format", fmt, src)
+        out.set(K.DATA_FORMAT, fmt, src)
         if isinstance(entry.get(field), str):
             out.set(column, entry[field], src)
     elif kind:
@@ -102,7 +103,7 @@ def _datasets(datasets: Any, src: str, out: Imported, other: dict[str, Any]) -> 
                            "(messages), instruction (prompt/completion) or text rows: not imported")
     split = entry.get("split")
     if isinstance(split, str) and split.isidentifier():
-        out.set("data.split", split, src)
+        out.set(K.DATA_SPLIT, split, src)
     elif split:
         left["split"] = split
         out.remarks.append(f"{src}: datasets split {split!r} is a slice; tuner's data.split names a whole split: "

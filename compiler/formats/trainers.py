@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..keys import paths as K
 from .base import Imported
 from .trainer_data import axolotl_data, llamafactory_data
 
@@ -32,21 +33,21 @@ LLAMAFACTORY_MARKS = {"model_name_or_path", "finetuning_type", "stage", "templat
 
 #: axolotl keys -> tuner's keys (values as written, numbers made numbers).
 AXOLOTL = {
-    "base_model": "model.path", "micro_batch_size": "training.micro_batch_size",
-    "gradient_accumulation_steps": "training.gradient_accumulation_steps", "learning_rate": "training.learning_rate",
-    "weight_decay": "training.weight_decay", "max_grad_norm": "training.max_grad_norm",
-    "warmup_steps": "training.warmup_steps", "warmup_ratio": "training.warmup_ratio", "lr_scheduler": "training.lr_scheduler",
-    "seed": "training.seed", "gradient_checkpointing": "training.gradient_checkpointing",
-    "logging_steps": "training.log_every", "output_dir": "output.dir", "sequence_len": "data.seq_len",
-    "lora_r": "model.lora_rank", "lora_alpha": "model.lora_alpha", "lora_dropout": "model.lora_dropout",
-    "lora_target_modules": "model.lora_target_modules", "save_steps": "checkpoint.every_steps",
-    "save_total_limit": "checkpoint.keep_last", "dataloader_num_workers": "data.num_workers",
-    "num_epochs": "training.num_epochs", "max_steps": "training.max_steps",
+    "base_model": K.MODEL_PATH, "micro_batch_size": K.TRAINING_MICRO_BATCH_SIZE,
+    "gradient_accumulation_steps": K.TRAINING_GRADIENT_ACCUMULATION_STEPS, "learning_rate": K.TRAINING_LEARNING_RATE,
+    "weight_decay": K.TRAINING_WEIGHT_DECAY, "max_grad_norm": K.TRAINING_MAX_GRAD_NORM,
+    "warmup_steps": K.TRAINING_WARMUP_STEPS, "warmup_ratio": K.TRAINING_WARMUP_RATIO, "lr_scheduler": K.TRAINING_LR_SCHEDULER,
+    "seed": K.TRAINING_SEED, "gradient_checkpointing": K.TRAINING_GRADIENT_CHECKPOINTING,
+    "logging_steps": K.TRAINING_LOG_EVERY, "output_dir": K.OUTPUT_DIR, "sequence_len": K.DATA_SEQ_LEN,
+    "lora_r": K.MODEL_LORA_RANK, "lora_alpha": K.MODEL_LORA_ALPHA, "lora_dropout": K.MODEL_LORA_DROPOUT,
+    "lora_target_modules": K.MODEL_LORA_TARGET_MODULES, "save_steps": K.CHECKPOINT_EVERY_STEPS,
+    "save_total_limit": K.CHECKPOINT_KEEP_LAST, "dataloader_num_workers": K.DATA_NUM_WORKERS,
+    "num_epochs": K.TRAINING_NUM_EPOCHS, "max_steps": K.TRAINING_MAX_STEPS,
 }
 #: LLaMA-Factory's own keys (the TrainingArguments ones go through hf_trainer.read).
 LLAMAFACTORY = {
-    "model_name_or_path": "model.path", "cutoff_len": "data.seq_len", "lora_rank": "model.lora_rank",
-    "lora_alpha": "model.lora_alpha", "lora_dropout": "model.lora_dropout", "dataloader_num_workers": "data.num_workers",
+    "model_name_or_path": K.MODEL_PATH, "cutoff_len": K.DATA_SEQ_LEN, "lora_rank": K.MODEL_LORA_RANK,
+    "lora_alpha": K.MODEL_LORA_ALPHA, "lora_dropout": K.MODEL_LORA_DROPOUT, "dataloader_num_workers": K.DATA_NUM_WORKERS,
 }
 #: axolotl's parallelism keys: distributed, but with no tuner equivalent (axolotl patches
 #: accelerate for standalone CP, expert parallelism...): listed, not imported.
@@ -55,10 +56,10 @@ AXOLOTL_PARALLEL = {"context_parallel_size", "tensor_parallel_size", "dp_shard_s
 
 #: axolotl fsdp_config keys (prefix removed) -> tuner's FSDP keys; axolotl writes each to the
 #: environment only when it is set and true.
-AXOLOTL_FSDP_FLAGS = {"activation_checkpointing": "fsdp.activation_checkpointing", "offload_params": "fsdp.offload_params",
-                      "sync_module_states": "fsdp.sync_module_states",
-                      "cpu_ram_efficient_loading": "fsdp.cpu_ram_efficient_loading",
-                      "use_orig_params": "fsdp.use_orig_params"}
+AXOLOTL_FSDP_FLAGS = {"activation_checkpointing": K.FSDP_ACTIVATION_CHECKPOINTING, "offload_params": K.FSDP_OFFLOAD_PARAMS,
+                      "sync_module_states": K.FSDP_SYNC_MODULE_STATES,
+                      "cpu_ram_efficient_loading": K.FSDP_CPU_RAM_EFFICIENT_LOADING,
+                      "use_orig_params": K.FSDP_USE_ORIG_PARAMS}
 
 
 def matches_axolotl(data: dict[str, Any]) -> bool:
@@ -82,7 +83,7 @@ def _number(value: Any) -> Any:
 
 
 def _common_end(src: str, out: Imported) -> None:
-    if "hardware.num_processes" not in out.values:
+    if K.HARDWARE_NUM_PROCESSES not in out.values:
         out.remarks.append(f"{src}: the launcher starts one process per GPU (the file does not say how many): "
                            "set hardware.num_processes to your GPU count (compiled for 1 process until then)")
 
@@ -110,18 +111,18 @@ def _deepspeed(value: Any, path: Path, src: str, out: Imported) -> None:
 def _precision(data: dict[str, Any], src: str, out: Imported) -> None:
     bf16, fp16 = data.get("bf16"), data.get("fp16")
     if bf16 is True or str(bf16).lower() == "true":
-        out.set("training.mixed_precision", "bf16", src)
+        out.set(K.TRAINING_MIXED_PRECISION, "bf16", src)
     elif str(bf16).lower() == "auto":
-        out.set("training.mixed_precision", "bf16", src)
+        out.set(K.TRAINING_MIXED_PRECISION, "bf16", src)
         out.remarks.append(f"{src}: bf16: auto means bf16 on a GPU that has it (axolotl's check); imported as bf16")
     elif fp16 is True:
-        out.set("training.mixed_precision", "fp16", src)
+        out.set(K.TRAINING_MIXED_PRECISION, "fp16", src)
 
 
 def read_axolotl(data: dict[str, Any], path: Path, out: Imported) -> None:
     src = path.name
-    out.set("hardware.platform", "cuda", src)
-    out.set("model.family", "causal_lm", src)
+    out.set(K.HARDWARE_PLATFORM, "cuda", src)
+    out.set(K.MODEL_FAMILY, "causal_lm", src)
     other: dict[str, Any] = {}
     for key, value in data.items():
         if key in AXOLOTL:
@@ -137,12 +138,12 @@ def read_axolotl(data: dict[str, Any], path: Path, out: Imported) -> None:
         else:
             other[key] = value
     if "max_steps" not in data and "num_epochs" in data:
-        out.set("training.max_steps", 0, src)  # epochs decide, as in axolotl
+        out.set(K.TRAINING_MAX_STEPS, 0, src)  # epochs decide, as in axolotl
     _precision(data, src, out)
     _optimizer(data.get("optimizer"), src, out, other)
     adapter = str(data.get("adapter") or "").lower()
     if adapter in ("lora", "qlora"):
-        out.set("model.type", "lora", src)
+        out.set(K.MODEL_TYPE, "lora", src)
         if data.get("lora_target_linear") is True and "lora_target_modules" not in data:
             out.remarks.append(f"{src}: lora_target_linear targets every linear layer; tuner's LoRA default "
                                "targets are used (set model.lora_target_modules to name them)")
@@ -150,7 +151,7 @@ def read_axolotl(data: dict[str, Any], path: Path, out: Imported) -> None:
         other["adapter"] = data["adapter"]
     qlora = data.get("load_in_4bit") is True and adapter in ("lora", "qlora")
     if qlora:
-        out.set("model.base_precision", "nf4-bnb", src)  # QLoRA: bitsandbytes 4-bit NF4, as axolotl loads it
+        out.set(K.MODEL_BASE_PRECISION, "nf4-bnb", src)  # QLoRA: bitsandbytes 4-bit NF4, as axolotl loads it
     for key in ("load_in_4bit", "load_in_8bit", "lora_target_linear"):
         imported = (key == "load_in_4bit" and qlora) or (key == "lora_target_linear" and adapter in ("lora", "qlora"))
         if data.get(key) and not imported:
@@ -172,11 +173,11 @@ def _optimizer(name: Any, src: str, out: Imported, other: dict[str, Any]) -> Non
         return
     low = name.lower()
     if low.replace("paged_", "").startswith("adamw"):
-        out.set("training.optimizer", "adamw", src)
+        out.set(K.TRAINING_OPTIMIZER, "adamw", src)
         if low != "adamw":
             out.remarks.append(f"{src}: optimizer {name} imported as adamw (the variant changes memory, not the update rule)")
     elif low in ("adam", "sgd"):
-        out.set("training.optimizer", low, src)
+        out.set(K.TRAINING_OPTIMIZER, low, src)
     else:
         other["optimizer"] = name
 
@@ -184,31 +185,31 @@ def _optimizer(name: Any, src: str, out: Imported, other: dict[str, Any]) -> Non
 def _axolotl_fsdp(data: dict[str, Any], src: str, out: Imported) -> None:
     cfg = {k.removeprefix("fsdp_") if k != "fsdp_version" else k: v for k, v in (data.get("fsdp_config") or {}).items()}
     version = int(data.get("fsdp_version") or cfg.get("fsdp_version") or cfg.get("version") or 1)
-    out.set("fsdp.enabled", True, src)
-    out.set("fsdp.version", version, src)
+    out.set(K.FSDP_ENABLED, True, src)
+    out.set(K.FSDP_VERSION, version, src)
     for key, target in AXOLOTL_FSDP_FLAGS.items():
         if version == 2 and key in ("sync_module_states", "use_orig_params"):
             continue  # FSDP2 has none of these
         out.set(target, bool(cfg.get(key)), src)  # unset or false: not in the environment, the plugin's false
     if version == 1:
-        out.set("fsdp.sharding_strategy", "full_shard", src)  # axolotl sets no FSDP_SHARDING_STRATEGY
-        out.set("fsdp.forward_prefetch", False, src)
-        out.set("fsdp.backward_prefetch", "NO_PREFETCH", src)
-    out.set("fsdp.reshard_after_forward", bool(cfg.get("reshard_after_forward")) or version == 2, src)
-    out.set("checkpoint.state_dict_type", str(cfg.get("state_dict_type") or ("FULL_STATE_DICT" if version == 1
+        out.set(K.FSDP_SHARDING_STRATEGY, "full_shard", src)  # axolotl sets no FSDP_SHARDING_STRATEGY
+        out.set(K.FSDP_FORWARD_PREFETCH, False, src)
+        out.set(K.FSDP_BACKWARD_PREFETCH, "NO_PREFETCH", src)
+    out.set(K.FSDP_RESHARD_AFTER_FORWARD, bool(cfg.get("reshard_after_forward")) or version == 2, src)
+    out.set(K.CHECKPOINT_STATE_DICT_TYPE, str(cfg.get("state_dict_type") or ("FULL_STATE_DICT" if version == 1
                                                                               else "SHARDED_STATE_DICT")), src)
     policy = str(cfg.get("auto_wrap_policy") or "")
     if cfg.get("transformer_layer_cls_to_wrap") and policy in ("", "TRANSFORMER_BASED_WRAP"):
-        out.set("fsdp.auto_wrap_policy", "transformer", src)
-        out.set("fsdp.transformer_layer_cls_to_wrap", cfg["transformer_layer_cls_to_wrap"], src)
+        out.set(K.FSDP_AUTO_WRAP_POLICY, "transformer", src)
+        out.set(K.FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP, cfg["transformer_layer_cls_to_wrap"], src)
     elif policy == "SIZE_BASED_WRAP":
-        out.set("fsdp.auto_wrap_policy", "size", src)
+        out.set(K.FSDP_AUTO_WRAP_POLICY, "size", src)
         if cfg.get("min_num_params"):
-            out.set("fsdp.min_num_params", int(cfg["min_num_params"]), src)
+            out.set(K.FSDP_MIN_NUM_PARAMS, int(cfg["min_num_params"]), src)
     elif policy == "TRANSFORMER_BASED_WRAP":
-        out.set("fsdp.auto_wrap_policy", "transformer", src)  # the model's _no_split_modules
+        out.set(K.FSDP_AUTO_WRAP_POLICY, "transformer", src)  # the model's _no_split_modules
     else:
-        out.set("fsdp.auto_wrap_policy", "none", src)
+        out.set(K.FSDP_AUTO_WRAP_POLICY, "none", src)
     done = {*AXOLOTL_FSDP_FLAGS, "reshard_after_forward", "state_dict_type", "auto_wrap_policy",
             "transformer_layer_cls_to_wrap", "min_num_params", "fsdp_version", "version"}
     for key, value in cfg.items():
@@ -223,7 +224,7 @@ def read_llamafactory(data: dict[str, Any], path: Path, out: Imported) -> None:
     from . import hf_trainer
 
     src = path.name
-    out.set("model.family", "causal_lm", src)
+    out.set(K.MODEL_FAMILY, "causal_lm", src)
     rest: dict[str, Any] = {}
     other: dict[str, Any] = {}
     for key, value in data.items():
@@ -231,13 +232,13 @@ def read_llamafactory(data: dict[str, Any], path: Path, out: Imported) -> None:
             out.set(LLAMAFACTORY[key], _number(value), src)
         elif key == "finetuning_type":
             if str(value) in ("lora", "full"):
-                out.set("model.type", str(value), src)
+                out.set(K.MODEL_TYPE, str(value), src)
             else:
                 other[key] = value  # freeze, oft...: no tuner equivalent
         elif key == "lora_target":
             targets = [t.strip() for t in str(value).split(",") if t.strip()]
             if targets != ["all"]:
-                out.set("model.lora_target_modules", targets, src)
+                out.set(K.MODEL_LORA_TARGET_MODULES, targets, src)
             else:
                 other[key] = value
         elif key == "deepspeed":

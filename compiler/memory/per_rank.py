@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..keys import paths as K
 from ..keys.settings import Settings
 from ..plan.strategy import Strategy
 from .activations import activation_bytes
@@ -356,7 +357,7 @@ def loading_switch(o: StrategyOptions) -> str:
     """The setting that makes one rank per host load the weights (the others receive their
     shards), or "" when the strategy has none: every rank then loads the fp32 model."""
     if o.fsdp and o.shard > 1:
-        return "fsdp.cpu_ram_efficient_loading"
+        return K.FSDP_CPU_RAM_EFFICIENT_LOADING
     if o.deepspeed and o.stage == 3:
-        return "deepspeed.zero3_init"
+        return K.DEEPSPEED_ZERO3_INIT
     return ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..keys import paths as K
 from .model import ModelSize
 from .per_rank import GIB, LABELS, StrategyEstimate
 
@@ -98,7 +99,7 @@ class Estimate:
         lines.append("")
         how = f" ({c.ranks_per_host} fp32 copies: one per rank)"
         if c.efficient_loading:
-            how = (" (zero.Init: one fp32 layer per rank)" if c.loading_switch == "deepspeed.zero3_init"
+            how = (" (zero.Init: one fp32 layer per rank)" if c.loading_switch == K.DEEPSPEED_ZERO3_INIT
                    else " (one fp32 copy per machine)")
         lines.append(f"loading: {gib(c.load_peak_host)} host RAM per machine while the weights load{how}")
         lines.append(f"full state dict save: +{gib(c.full_save_host)} host RAM on the main host"

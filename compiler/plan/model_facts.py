@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 
 from ..diagnostics import Diagnostics
+from ..keys import paths as K
 from ..keys.settings import Settings
 from ..memory import estimate as _estimate
 from ..memory.report import Estimate
@@ -56,16 +57,16 @@ def _check_wrap_classes(s: Settings, diags: Diagnostics, found) -> None:
             unknown = [c for c in wanted if c not in suggested]
             if not unknown:
                 return
-            diags.note("fsdp.transformer_layer_cls_to_wrap",
+            diags.note(K.FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP,
                        f"{', '.join(unknown)} not among the known blocks of {source} "
                        f"({', '.join(suggested)}); run `tuner blocks {s.model.path}` to check every class")
             return
         if found.exists:
-            diags.note("fsdp.transformer_layer_cls_to_wrap",
+            diags.note(K.FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP,
                        "wrap classes not checked against the model: no block detection for it yet",
                        f"run `tuner blocks {s.model.path}` (meta device, seconds); the compiler then checks them")
         else:
-            diags.note("fsdp.transformer_layer_cls_to_wrap",
+            diags.note(K.FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP,
                        "wrap classes not checked: the model is not available on this machine")
         return
     for cls in wanted:
@@ -73,7 +74,7 @@ def _check_wrap_classes(s: Settings, diags: Diagnostics, found) -> None:
             continue
         close = difflib.get_close_matches(cls, sorted(classes), n=1, cutoff=0.75)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        diags.error("fsdp.transformer_layer_cls_to_wrap",
+        diags.error(K.FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP,
                     f"the model has no module class {cls!r} ({source}); FSDP would wrap nothing for it",
                     hint + ("detected candidates: " + ", ".join(suggested) if suggested
                             else f"see `tuner blocks {s.model.path}` for its classes"))
@@ -88,7 +89,7 @@ def _check_fit(s: Settings, plan: Plan, diags: Diagnostics, found, facts) -> Est
     if c is None:
         return est
     if est.model is not None and est.model.uncertain:
-        diags.note("model.path", est.model.uncertain)
+        diags.note(K.MODEL_PATH, est.model.uncertain)
     if est.recommendation and est.recommendation != c.name:
         fix = f"the cheapest option that fits is {est.recommendation_line}"
     elif est.recommendation_line and not est.recommendation:
@@ -97,12 +98,12 @@ def _check_fit(s: Settings, plan: Plan, diags: Diagnostics, found, facts) -> Est
         fix = "raise the memory, shard further (FSDP2 / ZeRO-3), offload, or enable gradient checkpointing"
     fix += "; see `tuner estimate` for the table"
     if c.fits_gpu is False:
-        diags.warning("hardware.gpu_memory_gib",
+        diags.warning(K.HARDWARE_GPU_MEMORY_GIB,
                       f"{c.label} needs about {_estimate.gib(c.per_gpu)} per GPU; "
                       f"{_estimate.gib(est.usable_gpu)} usable of {_estimate.gib(est.gpu_capacity)} "
                       f"({100 * est.gpu_margin:.0f}% kept for fragmentation; {est.capacity_source})", fix)
     if c.fits_host is False:
-        diags.warning("hardware.host_memory_gib",
+        diags.warning(K.HARDWARE_HOST_MEMORY_GIB,
                       f"{c.label} needs about {_estimate.gib(c.per_host)} host RAM per machine; "
                       f"{_estimate.gib(est.host_capacity)} available ({est.capacity_source})",
                       _estimate.host_advice(c, est.host_capacity) + "; see `tuner estimate` for the table")

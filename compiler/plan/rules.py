@@ -23,6 +23,7 @@ from typing import Any
 
 from ..canonical.normalise import Normalised
 from ..diagnostics import Diagnostics
+from ..keys import paths as K
 from ..keys.schema import index
 from ..keys.settings import Settings, freeze, global_batch
 from .rules_runtime import check_runtime_keys
@@ -32,7 +33,7 @@ MSG_FSDP_AND_DEEPSPEED = "FSDP and DeepSpeed cannot be enabled simultaneously."
 MSG_CP_NEEDS_FSDP2 = "Context parallelism requires FSDP2."
 #: Families `tuner run` trains; any other name compiles (the artefacts serve the user's own trainer).
 #: Declared once, as model.family's offered choices (compiler/keys/sections/what.py).
-TRAINED_FAMILIES: tuple[str, ...] = tuple(index().keys["model.family"].setting.open_choices or ())
+TRAINED_FAMILIES: tuple[str, ...] = tuple(index().keys[K.MODEL_FAMILY].setting.open_choices or ())
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 
@@ -91,32 +92,32 @@ def check(n: Normalised, diags: Diagnostics, detected: str, found: Any = None,
 
     # -- exclusivity and platform -----------------------------------------------------
     if s.fsdp.enabled and ds_on:
-        diags.error("fsdp.enabled", MSG_FSDP_AND_DEEPSPEED,
+        diags.error(K.FSDP_ENABLED, MSG_FSDP_AND_DEEPSPEED,
                     "remove the DeepSpeed config (deepspeed.enabled / deepspeed_config) or set fsdp.enabled = false")
     if ds_on and platform in ("mps", "rocm"):
         name = "macOS (MPS)" if platform == "mps" else "ROCm"
-        diags.error("deepspeed.enabled", f"DeepSpeed is not available on {name} hosts.",
+        diags.error(K.DEEPSPEED_ENABLED, f"DeepSpeed is not available on {name} hosts.",
                     "use FSDP2 (fsdp.enabled = true) or DDP on this platform")
     if s.fsdp.enabled and s.fsdp.version == 1:
         if platform == "cpu" and not ds_on:
             # torch's FSDP v1 computes on CUDA-like devices only (_get_compute_device).
-            diags.error("fsdp.version", "FSDP v1 needs a GPU: torch's FSDP v1 cannot compute on CPU",
+            diags.error(K.FSDP_VERSION, "FSDP v1 needs a GPU: torch's FSDP v1 cannot compute on CPU",
                         "use FSDP2 (fsdp.version = 2), which runs on CPU too, or target a GPU platform")
         else:
-            diags.warning("fsdp.version", "FSDP v1 is deprecated; it works, but FSDP2 shards per parameter, "
+            diags.warning(K.FSDP_VERSION, "FSDP v1 is deprecated; it works, but FSDP2 shards per parameter, "
                           "supports LoRA and is the default for full-model runs", "set fsdp.version = 2")
 
     if s.model.family not in TRAINED_FAMILIES:
-        diags.note("model.family", f"tuner run cannot train model family {s.model.family!r} (it trains "
+        diags.note(K.MODEL_FAMILY, f"tuner run cannot train model family {s.model.family!r} (it trains "
                    f"{', '.join(TRAINED_FAMILIES)}); the artefacts are for your own trainer "
                    "(accelerate launch --config_file BUILD/accelerate.yaml SCRIPT)")
     if s.training.max_steps == 0 and s.training.num_epochs == 0:
-        diags.error("training.num_epochs", "both training.max_steps and training.num_epochs are 0: nothing would train",
+        diags.error(K.TRAINING_NUM_EPOCHS, "both training.max_steps and training.num_epochs are 0: nothing would train",
                     "set max_steps (max_train_steps) or num_epochs")
 
     # -- LoRA -------------------------------------------------------------------------
     if s.model.type == "lora" and ds_on:
-        diags.error("model.type", "LoRA is not supported with DeepSpeed: DeepSpeed changes the model saving "
+        diags.error(K.MODEL_TYPE, "LoRA is not supported with DeepSpeed: DeepSpeed changes the model saving "
                     "routines, so adapters would not be saved correctly",
                     "use FSDP2 (fsdp.enabled = true, fsdp.version = 2) for LoRA, or model.type = \"full\"")
 
@@ -127,72 +128,72 @@ def check(n: Normalised, diags: Diagnostics, detected: str, found: Any = None,
     if cp.size > 1:
         if cp.standalone and not s.fsdp.enabled and not ds_on:
             # SimpleTuner shards sequences itself; accelerate 1.15 only runs cp_size > 1 under FSDP2.
-            diags.note("context_parallel.standalone",
+            diags.note(K.CONTEXT_PARALLEL_STANDALONE,
                        f"context parallelism (size {cp.size}) is left to the training script: accelerate.yaml is a "
                        "plain multi-GPU launch, the size is in manifest.json; tuner run does not train it")
         elif not s.fsdp.enabled or s.fsdp.version != 2:
-            diags.error("context_parallel.size", MSG_CP_NEEDS_FSDP2,
+            diags.error(K.CONTEXT_PARALLEL_SIZE, MSG_CP_NEEDS_FSDP2,
                         "enable FSDP with fsdp.version = 2, or set context_parallel.size = 1")
         if platform != "cuda":
-            diags.error("context_parallel.size", f"context parallelism is CUDA-only (target platform: {platform})",
+            diags.error(K.CONTEXT_PARALLEL_SIZE, f"context parallelism is CUDA-only (target platform: {platform})",
                         "set context_parallel.size = 1, or hardware.platform = \"cuda\" when compiling for a CUDA machine")
         if s.hardware.num_processes % cp.size:
-            diags.error("context_parallel.size",
+            diags.error(K.CONTEXT_PARALLEL_SIZE,
                         f"context_parallel.size {cp.size} must divide hardware.num_processes {s.hardware.num_processes}",
                         "pick a size that divides the process count")
     elif n.settings["context_parallel"]["comm_strategy"] != "allgather":
         written = n.settings["context_parallel"]["comm_strategy"]
-        diags.note("context_parallel.comm_strategy",
+        diags.note(K.CONTEXT_PARALLEL_COMM_STRATEGY,
                    f"context parallelism is off (size 1); rotation {written!r} normalised to 'allgather'")
 
     # -- FSDP details -----------------------------------------------------------------
     if s.fsdp.enabled:
         policy = s.fsdp.auto_wrap_policy
         if policy not in ("transformer", "size", "none") and not _DOTTED.match(policy):
-            diags.error("fsdp.auto_wrap_policy",
+            diags.error(K.FSDP_AUTO_WRAP_POLICY,
                         f"unknown wrap policy {policy!r}",
                         "use transformer, size, none, or a dotted path to a callable (package.module.function)")
         if policy != "transformer" and s.fsdp.transformer_layer_cls_to_wrap:
-            diags.warning("fsdp.transformer_layer_cls_to_wrap",
+            diags.warning(K.FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP,
                           f"classes to wrap are ignored with the {policy!r} wrap policy",
                           "set fsdp.auto_wrap_policy = \"transformer\" or clear the class list")
         if s.fsdp.offload_params and platform == "cpu":
-            diags.error("fsdp.offload_params", "FSDP CPU offload moves parameters off the GPU; on a CPU target "
+            diags.error(K.FSDP_OFFLOAD_PARAMS, "FSDP CPU offload moves parameters off the GPU; on a CPU target "
                         "they already live in host memory (and torch's offload policy needs an accelerator)",
                         "set fsdp.offload_params = false, or target a GPU platform")
-        if s.fsdp.version == 2 and "fsdp.sharding_strategy" in explicit:
-            diags.note("fsdp.sharding_strategy", "FSDP2 ignores sharding_strategy; it uses reshard_after_forward")
+        if s.fsdp.version == 2 and K.FSDP_SHARDING_STRATEGY in explicit:
+            diags.note(K.FSDP_SHARDING_STRATEGY, "FSDP2 ignores sharding_strategy; it uses reshard_after_forward")
         if s.training.gradient_checkpointing and s.fsdp.activation_checkpointing:
-            diags.warning("fsdp.activation_checkpointing",
+            diags.warning(K.FSDP_ACTIVATION_CHECKPOINTING,
                           "both training.gradient_checkpointing and fsdp.activation_checkpointing are on; "
                           "FSDP's activation checkpointing is used", "turn one of them off")
-    elif fsdp_keys := sorted(k for k in explicit if k.startswith("fsdp.") and k != "fsdp.enabled"):
+    elif fsdp_keys := sorted(k for k in explicit if k.startswith("fsdp.") and k != K.FSDP_ENABLED):
         keys = ", ".join(fsdp_keys)
-        diags.warning("fsdp.enabled", f"FSDP options are set ({keys}) but FSDP is off", "set fsdp.enabled = true or remove them")
+        diags.warning(K.FSDP_ENABLED, f"FSDP options are set ({keys}) but FSDP is off", "set fsdp.enabled = true or remove them")
 
     # -- topology ---------------------------------------------------------------------
     hw = s.hardware
     if hw.num_processes % hw.num_machines:
-        diags.error("hardware.num_processes",
+        diags.error(K.HARDWARE_NUM_PROCESSES,
                     f"num_processes {hw.num_processes} is not a multiple of num_machines {hw.num_machines}",
                     "num_processes counts ranks on all machines together; each machine runs the same number")
     if hw.machine_rank >= hw.num_machines:
-        diags.error("hardware.machine_rank", f"machine_rank {hw.machine_rank} must be below num_machines {hw.num_machines}")
+        diags.error(K.HARDWARE_MACHINE_RANK, f"machine_rank {hw.machine_rank} must be below num_machines {hw.num_machines}")
     # Under Slurm or Kubernetes the scheduler names machine 0 when the job starts (launch.md).
     if hw.num_machines > 1 and not hw.main_process_ip and s.cluster.type == "none":
-        diags.error("hardware.main_process_ip", "a multi-machine run needs the address of machine 0",
+        diags.error(K.HARDWARE_MAIN_PROCESS_IP, "a multi-machine run needs the address of machine 0",
                     "set hardware.main_process_ip (main_process_ip), or cluster.type = \"slurm\" or "
                     "\"kubernetes\" to take it from the scheduler")
 
     # -- precision --------------------------------------------------------------------
     if s.training.mixed_precision == "fp16" and platform == "cpu":
-        diags.warning("training.mixed_precision", "fp16 autocast is not supported on CPU; the run will use bf16 or fp32",
+        diags.warning(K.TRAINING_MIXED_PRECISION, "fp16 autocast is not supported on CPU; the run will use bf16 or fp32",
                       "use bf16 or no on CPU targets")
 
     # -- topology and the plan ------------------------------------------------------
     world = hw.num_processes
     if s.model.type == "lora" and s.fsdp.enabled and s.fsdp.version == 1:
-        diags.note("model.type", "LoRA with FSDP v1 needs use_orig_params; tuner sets it")
+        diags.note(K.MODEL_TYPE, "LoRA with FSDP v1 needs use_orig_params; tuner sets it")
     dp = world // cp.size if cp.size > 1 and world % cp.size == 0 else world
     _loop_under_deepspeed(s, ds_on, n.explicit, diags)
     sp = _deepspeed_sequence_parallel(s, ds_on, world, diags)
@@ -215,7 +216,7 @@ def _resolve(n: Normalised, platform: str, diags: Diagnostics) -> Settings:
     hw, ds, cp = s.hardware, s.deepspeed, s.context_parallel
     if hw.platform == "auto":
         hw = replace(hw, platform=platform)
-        diags.note("hardware.platform", f"target platform detected on this machine: {platform}",
+        diags.note(K.HARDWARE_PLATFORM, f"target platform detected on this machine: {platform}",
                    "state hardware.platform when compiling for another machine (e.g. in CI)")
     if ds.config and not ds.enabled:
         ds = replace(ds, enabled=True)
@@ -269,7 +270,7 @@ def _deepspeed_sequence_parallel(s: Settings, ds_on: bool, world: int, diags: Di
     ranks, so the compile does too."""
     cp = s.context_parallel
     if cp.sp_size > 1:
-        key, sp = "context_parallel.sp_size", cp.sp_size
+        key, sp = K.CONTEXT_PARALLEL_SP_SIZE, cp.sp_size
         if not ds_on:
             diags.error(key, "Ulysses sequence parallelism (accelerate's sp_backend deepspeed) runs under DeepSpeed",
                         "set deepspeed.enabled = true, or context_parallel.sp_size = 1 (ring CP with FSDP2 is "
@@ -299,9 +300,9 @@ def _loop_under_deepspeed(s: Settings, ds_on: bool, explicit: AbstractSet[str], 
     if not ds_on:
         return
     if t.clip_method == "value" and t.max_grad_norm > 0:
-        diags.error("training.clip_method", "DeepSpeed clips the global gradient norm only (gradient_clipping), not "
+        diags.error(K.TRAINING_CLIP_METHOD, "DeepSpeed clips the global gradient norm only (gradient_clipping), not "
                     "each value", "set training.clip_method = 'norm', or use DDP/FSDP")
-    named = "deepspeed.optimizer" in explicit or "optimizer" in (s.deepspeed.config or {})
+    named = K.DEEPSPEED_OPTIMIZER in explicit or "optimizer" in (s.deepspeed.config or {})
     if t.optimizer in ("lion", "prodigy") and not named:
         fix = "set deepspeed.optimizer = 'Lion' (DeepSpeed's own)" if t.optimizer == "lion" else "use adamw"
-        diags.error("training.optimizer", f"{t.optimizer} is not an optimizer DeepSpeed's ZeRO runs from a script", fix)
+        diags.error(K.TRAINING_OPTIMIZER, f"{t.optimizer} is not an optimizer DeepSpeed's ZeRO runs from a script", fix)
