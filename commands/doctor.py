@@ -9,13 +9,14 @@ from __future__ import annotations
 import sys
 
 from ..compiler.diagnostics import EXIT_OK, EXIT_USAGE
+from ..compiler.keys import paths as K
 from ..compiler.read import hardware
 
 
 def run(args) -> int:
     from ..runtime.doctor import collect, paths_from_settings
 
-    paths = {"output.dir": "output"}
+    paths = {K.OUTPUT_DIR: "output"}
     if args.settings is not None:
         from ..compiler import SourceError, compile_file
 

@@ -10,6 +10,7 @@ import os
 import socket
 from dataclasses import dataclass
 
+from ..compiler.keys import paths as K
 from .artefacts import Artefacts, RunError
 
 #: Where schedulers put the machine (node) rank, first match wins after the command-line flag.
@@ -53,7 +54,7 @@ class Topology:
                 except ValueError:
                     raise RunError(f"${source} = {raw!r} is not a machine rank (an integer)") from None
             else:
-                source, machine_rank = "hardware.machine_rank", int(topo.get("machine_rank", 0) or 0)
+                source, machine_rank = K.HARDWARE_MACHINE_RANK, int(topo.get("machine_rank", 0) or 0)
         if not 0 <= machine_rank < n:
             raise RunError(f"machine rank {machine_rank} (from {source}) must be in 0..{n - 1}: "
                            f"the build is compiled for {n} machine(s) (hardware.num_machines)")
@@ -70,7 +71,7 @@ class Topology:
             try:
                 main_port = int(found[1]) if found else int(topo.get("main_process_port") or 29500)
             except ValueError:
-                name, raw = found or ("hardware.main_process_port", str(topo.get("main_process_port")))
+                name, raw = found or (K.HARDWARE_MAIN_PROCESS_PORT, str(topo.get("main_process_port")))
                 raise RunError(f"${name} = {raw!r} is not a port number") from None
         # Every machine's launcher must name the same rendezvous; a scheduler's job id
         # keeps two jobs from one build apart.

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
+from ..compiler.keys import paths as K
 from .facts import display_path, hardware_suggestions
 from .model import SaveRefused, WizardState
 from .services import Services
@@ -104,7 +105,7 @@ class Commands:
 
         def done(classes: list[str] | None) -> None:
             if classes is not None:
-                self.app.apply("fsdp.transformer_layer_cls_to_wrap", classes)
+                self.app.apply(K.FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP, classes)
                 self.app.after_edit(reload_values=True)
 
         self.app.push_screen(BlocksModal(self.app.state, self.app.services.blocks), done)

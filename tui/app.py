@@ -30,6 +30,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Collapsible, ContentSwitcher, Static
 
+from ..compiler.keys import paths as K
 from ..compiler.read.files import write_atomic
 from .actions import Commands
 from .facts import display_path
@@ -180,7 +181,7 @@ class WizardApp(App[int]):
         for pane in self.query("#step-hardware").results(StepPane):
             pane.show_hardware()
         if self.state.bf16_default(facts):
-            self.apply("training.mixed_precision", "bf16")
+            self.apply(K.TRAINING_MIXED_PRECISION, "bf16")
             self.notify("Mixed precision bf16: this machine's GPUs support it (Precision step to change).",
                         title="New file default")
 
@@ -234,7 +235,7 @@ class WizardApp(App[int]):
 
     def on_step_pane_strategy_changed(self, event: StepPane.StrategyChanged) -> None:
         start = time.perf_counter()
-        carried = self.state.values["fsdp.activation_checkpointing"]
+        carried = self.state.values[K.FSDP_ACTIVATION_CHECKPOINTING]
         if self.state.set_strategy(event.strategy):
             self.last_validation_s = time.perf_counter() - start
             self.after_edit()
@@ -242,7 +243,7 @@ class WizardApp(App[int]):
             if strays:
                 self.notify(f"Kept in the file, unused now: {', '.join(strays)}. ctrl+t removes them.",
                             title="Other strategy's keys", severity="warning")
-            if carried and not self.state.values["fsdp.activation_checkpointing"]:
+            if carried and not self.state.values[K.FSDP_ACTIVATION_CHECKPOINTING]:
                 self.notify("FSDP activation checkpointing carried over to training.gradient_checkpointing "
                             "(the same thing, for every strategy).", title="Activation checkpointing")
 

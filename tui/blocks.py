@@ -20,6 +20,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Label, Static
 
+from ..compiler.keys import paths as K
 from ..compiler.read.block_cache import human_count
 from .fields import steady_cursors
 from .model import WizardState
@@ -59,7 +60,7 @@ class BlocksModal(ModalScreen[list[str] | None]):
         super().__init__(id="blocks")
         self.state = state
         self.detect = detect
-        self.selected: set[str] = set(state.value("fsdp.transformer_layer_cls_to_wrap"))
+        self.selected: set[str] = set(state.value(K.FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP))
         self.names: list[str] = []
 
     def compose(self) -> ComposeResult:
@@ -67,8 +68,8 @@ class BlocksModal(ModalScreen[list[str] | None]):
         with Vertical(id="blocks-box", classes="modal-box"):
             yield Label("Block detection  [dim]space select · ctrl+o apply · F5 refresh · esc cancel[/]",
                         classes="step-title")
-            yield Static(f"Model: {v['model.path']} · family {v['model.family']}"
-                         + (f" · flavour {v['model.flavour']}" if v["model.flavour"] else ""), markup=False)
+            yield Static(f"Model: {v[K.MODEL_PATH]} · family {v[K.MODEL_FAMILY]}"
+                         + (f" · flavour {v[K.MODEL_FLAVOUR]}" if v[K.MODEL_FLAVOUR] else ""), markup=False)
             yield Static("detecting…", id="blocks-status", markup=False)
             yield Static("", id="blocks-badges")
             table: DataTable[Text] = DataTable(id="blocks-table", cursor_type="row", zebra_stripes=True)
@@ -87,7 +88,7 @@ class BlocksModal(ModalScreen[list[str] | None]):
     def run_detection(self, refresh: bool) -> None:
         v = self.state.values
         try:
-            data: Any = self.detect(v["model.path"], v["model.family"], v["model.flavour"], refresh)
+            data: Any = self.detect(v[K.MODEL_PATH], v[K.MODEL_FAMILY], v[K.MODEL_FLAVOUR], refresh)
         except ServiceUnavailable as exc:
             data = exc
         except Exception as exc:  # the detector's own error is the message to show

@@ -14,6 +14,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
+from ..compiler.keys import paths as K
 from .document import SettingsDocument
 from .fields import FieldRow, steady_cursors
 from .layout import BUILDER_KEYS
@@ -74,7 +75,7 @@ class DeepSpeedBuilder(ModalScreen[bool]):
 
     def sync(self, reload_values: bool = False) -> None:
         for row in self.query(FieldRow):
-            row.display = row.key != "deepspeed.nvme_path" or self.state.visible(row.key)
+            row.display = row.key != K.DEEPSPEED_NVME_PATH or self.state.visible(row.key)
             if reload_values:
                 row.load(self.state.value(row.key))
             row.show_diagnostics(self.state.diagnostics_for(row.key))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..compiler.keys import paths as K
 from ..compiler.read.block_cache import human_count
 
 GIB = 1024**3
@@ -19,14 +20,14 @@ GIB = 1024**3
 #: path only the person knows.
 PROPOSALS: dict[str, dict[str, Any]] = {
     "ddp": {"strategy": "ddp"},
-    "zero1": {"strategy": "deepspeed", "deepspeed.zero_stage": 1},
-    "zero2": {"strategy": "deepspeed", "deepspeed.zero_stage": 2},
+    "zero1": {"strategy": "deepspeed", K.DEEPSPEED_ZERO_STAGE: 1},
+    "zero2": {"strategy": "deepspeed", K.DEEPSPEED_ZERO_STAGE: 2},
     "fsdp2": {"strategy": "fsdp2"},
-    "zero3": {"strategy": "deepspeed", "deepspeed.zero_stage": 3},
-    "zero2+offload": {"strategy": "deepspeed", "deepspeed.zero_stage": 2, "deepspeed.offload_optimizer": "cpu"},
-    "fsdp2+offload": {"strategy": "fsdp2", "fsdp.offload_params": True},
-    "zero3+offload": {"strategy": "deepspeed", "deepspeed.zero_stage": 3, "deepspeed.offload_optimizer": "cpu",
-                      "deepspeed.offload_param": "cpu"},
+    "zero3": {"strategy": "deepspeed", K.DEEPSPEED_ZERO_STAGE: 3},
+    "zero2+offload": {"strategy": "deepspeed", K.DEEPSPEED_ZERO_STAGE: 2, K.DEEPSPEED_OFFLOAD_OPTIMIZER: "cpu"},
+    "fsdp2+offload": {"strategy": "fsdp2", K.FSDP_OFFLOAD_PARAMS: True},
+    "zero3+offload": {"strategy": "deepspeed", K.DEEPSPEED_ZERO_STAGE: 3, K.DEEPSPEED_OFFLOAD_OPTIMIZER: "cpu",
+                      K.DEEPSPEED_OFFLOAD_PARAM: "cpu"},
 }
 
 

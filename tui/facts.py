@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..compiler.keys import paths as K
 from ..compiler.read.hardware import GIB
 
 
@@ -58,17 +59,17 @@ def hardware_suggestions(facts: Any) -> dict[str, Any]:
     data = _facts_dict(facts)
     out: dict[str, Any] = {}
     if data.get("platform") in ("cuda", "rocm", "mps", "cpu"):
-        out["hardware.platform"] = data["platform"]
+        out[K.HARDWARE_PLATFORM] = data["platform"]
     gpus = data.get("gpus") or []
     if gpus:
-        out["hardware.num_processes"] = len(gpus)
+        out[K.HARDWARE_NUM_PROCESSES] = len(gpus)
         mem = min((g.get("memory_bytes") or 0) / GIB for g in gpus)
         if mem:
-            out["hardware.gpu_memory_gib"] = round(mem, 1)
+            out[K.HARDWARE_GPU_MEMORY_GIB] = round(mem, 1)
         if all(g.get("bf16") for g in gpus):
-            out["training.mixed_precision"] = "bf16"  # the GPUs support it: no reason to run fp32
+            out[K.TRAINING_MIXED_PRECISION] = "bf16"  # the GPUs support it: no reason to run fp32
     host = (data.get("host_memory_bytes") or 0) / GIB
     if host:
         # Stated as the target's host RAM (the estimate never reads this machine's by itself).
-        out["hardware.host_memory_gib"] = round(host, 1)
+        out[K.HARDWARE_HOST_MEMORY_GIB] = round(host, 1)
     return out

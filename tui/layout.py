@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..compiler.canonical.normalise import coerce
+from ..compiler.keys import paths as K
 from ..compiler.keys.declare import type_parts
 from ..compiler.keys.schema import KeyInfo, SchemaIndex, index
 
@@ -52,18 +53,18 @@ STEPS: tuple[Step, ...] = tuple(Step(sid, title, _main_keys(sid)) for sid, title
 STEP_IDS = tuple(s.id for s in STEPS)
 
 #: Keys the Sharding step's strategy choice writes (they have no field of their own).
-STRATEGY_KEYS: frozenset[str] = frozenset({"fsdp.enabled", "fsdp.version", "deepspeed.enabled"})
+STRATEGY_KEYS: frozenset[str] = frozenset({K.FSDP_ENABLED, K.FSDP_VERSION, K.DEEPSPEED_ENABLED})
 
 #: One concept, one field: FSDP's activation checkpointing is the same thing as training's
 #: gradient checkpointing (which works under every strategy). The FSDP key shows only where a
 #: file already sets it, and leaving FSDP carries it over to the training key.
-MERGED: dict[str, str] = {"fsdp.activation_checkpointing": "training.gradient_checkpointing"}
+MERGED: dict[str, str] = {K.FSDP_ACTIVATION_CHECKPOINTING: K.TRAINING_GRADIENT_CHECKPOINTING}
 
 #: Keys the DeepSpeed builder screen edits.
 BUILDER_KEYS: tuple[str, ...] = (
-    "deepspeed.zero_stage", "deepspeed.offload_optimizer", "deepspeed.offload_param", "deepspeed.nvme_path",
-    "deepspeed.optimizer", "deepspeed.scheduler", "training.gradient_accumulation_steps",
-    "deepspeed.gradient_clipping", "deepspeed.pin_memory", "deepspeed.zero3_init",
+    K.DEEPSPEED_ZERO_STAGE, K.DEEPSPEED_OFFLOAD_OPTIMIZER, K.DEEPSPEED_OFFLOAD_PARAM, K.DEEPSPEED_NVME_PATH,
+    K.DEEPSPEED_OPTIMIZER, K.DEEPSPEED_SCHEDULER, K.TRAINING_GRADIENT_ACCUMULATION_STEPS,
+    K.DEEPSPEED_GRADIENT_CLIPPING, K.DEEPSPEED_PIN_MEMORY, K.DEEPSPEED_ZERO3_INIT,
 )
 
 #: Where a key with no declared step goes: its section's usual step.
@@ -136,7 +137,7 @@ def label(key: str) -> str:
     text = name.replace("_", " ")
     text = re.sub(r"\b(gib|ip|cpu|gpu|lora|mrl|lr|nvme|ram|ema)\b", lambda m: m.group(1).upper(), text)
     text = text.replace("GIB", "GiB").replace("LORA", "LoRA").replace("NVME", "NVMe").replace(" cls ", " classes ")
-    if key == "training.gradient_checkpointing":
+    if key == K.TRAINING_GRADIENT_CHECKPOINTING:
         text = "activation (gradient) checkpointing"  # the one field for both names (see MERGED)
     return text[:1].upper() + text[1:]
 

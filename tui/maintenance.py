@@ -16,6 +16,7 @@ from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static
 
+from ..compiler.keys import paths as K
 from .model import WizardState
 from .services import Services, ServiceUnavailable
 
@@ -47,7 +48,7 @@ class MaintenanceScreen(ModalScreen[None]):
         self.services = services
 
     def offload_path(self) -> str:
-        text = str(self.state.value("deepspeed.nvme_path") or "")
+        text = str(self.state.value(K.DEEPSPEED_NVME_PATH) or "")
         if not text:
             return ""
         path = Path(text).expanduser()

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..compiler import CompileResult, compile_text
 from ..compiler.diagnostics import Diagnostic, Diagnostics
+from ..compiler.keys import paths as K
 from ..compiler.keys.schema import index
 from ..compiler.keys.settings import global_batch as batch_of
 from ..compiler.plan.strategy import Strategy
@@ -130,10 +131,10 @@ class WizardState:
 
     @property
     def strategy(self) -> str:
-        if self.values["deepspeed.enabled"] or self.values["deepspeed.config"]:
+        if self.values[K.DEEPSPEED_ENABLED] or self.values[K.DEEPSPEED_CONFIG]:
             return "deepspeed"
-        if self.values["fsdp.enabled"]:
-            return "fsdp1" if self.values["fsdp.version"] == 1 else "fsdp2"
+        if self.values[K.FSDP_ENABLED]:
+            return "fsdp1" if self.values[K.FSDP_VERSION] == 1 else "fsdp2"
         return "ddp"
 
     def set_strategy(self, name: str) -> bool:
@@ -141,11 +142,11 @@ class WizardState:
         consistent even when `name` is what `strategy` already reads)."""
         edits: dict[str, Any] = {}
         if version := fsdp_version(name):
-            edits = {"deepspeed.enabled": False, "fsdp.enabled": True, "fsdp.version": version}
+            edits = {K.DEEPSPEED_ENABLED: False, K.FSDP_ENABLED: True, K.FSDP_VERSION: version}
         elif name == "deepspeed":
-            edits = {"fsdp.enabled": False, "deepspeed.enabled": True}
+            edits = {K.FSDP_ENABLED: False, K.DEEPSPEED_ENABLED: True}
         else:
-            edits = {"fsdp.enabled": False, "deepspeed.enabled": False}
+            edits = {K.FSDP_ENABLED: False, K.DEEPSPEED_ENABLED: False}
         changed = False
         for key, value in edits.items():
             if value == key_info(key).default and not self.document.is_written(key):
@@ -154,10 +155,10 @@ class WizardState:
                 continue
             self.document.set(key, value)
             changed = True
-        if not fsdp_version(name) and self.values["fsdp.activation_checkpointing"]:
+        if not fsdp_version(name) and self.values[K.FSDP_ACTIVATION_CHECKPOINTING]:
             # One concept: FSDP's activation checkpointing becomes training's, which every strategy runs.
-            self.document.remove("fsdp.activation_checkpointing")
-            self.document.set("training.gradient_checkpointing", True)
+            self.document.remove(K.FSDP_ACTIVATION_CHECKPOINTING)
+            self.document.set(K.TRAINING_GRADIENT_CHECKPOINTING, True)
             changed = True
         if changed:
             self.validate()
@@ -168,15 +169,15 @@ class WizardState:
         strategy = self.strategy
         other = {"deepspeed": ("fsdp.",), "ddp": ("fsdp.", "deepspeed."), "fsdp1": ("deepspeed.",),
                  "fsdp2": ("deepspeed.",)}[strategy]
-        keep = {"fsdp.enabled", "deepspeed.enabled"}
+        keep = {K.FSDP_ENABLED, K.DEEPSPEED_ENABLED}
         if fsdp_version(strategy):
-            keep.add("fsdp.version")
+            keep.add(K.FSDP_VERSION)
         out = []
         for key in index().keys:
             if key.startswith(other) and key not in keep and self.document.is_written(key):
                 out.append(self.document.written_name(key) or key)
-        both_on = self.values["fsdp.enabled"] and strategy == "deepspeed"
-        return out + (["fsdp.enabled"] if both_on else [])
+        both_on = self.values[K.FSDP_ENABLED] and strategy == "deepspeed"
+        return out + ([K.FSDP_ENABLED] if both_on else [])
 
     def tidy_strategy(self) -> list[str]:
         """Remove the other strategies' keys (and switch their flags off); the names removed."""
@@ -188,9 +189,9 @@ class WizardState:
         for key in index().keys:
             if key.startswith(prefixes) and key not in STRATEGY_KEYS:
                 self.document.remove(key)
-        if strategy == "deepspeed" and self.values["fsdp.enabled"]:
-            self.document.remove("fsdp.enabled")
-            self.document.remove("fsdp.version")
+        if strategy == "deepspeed" and self.values[K.FSDP_ENABLED]:
+            self.document.remove(K.FSDP_ENABLED)
+            self.document.remove(K.FSDP_VERSION)
         self.validate()
         return strays
 
@@ -206,8 +207,8 @@ class WizardState:
             if isinstance(named, dict) and named.get("type"):
                 return f"schedule: {named['type']} (from deepspeed_config)"
         v = self.values
-        warm = f", {v['training.warmup_steps']} warmup steps" if v["training.warmup_steps"] else ""
-        return f"schedule: {v['training.lr_scheduler']}{warm} (from settings)"
+        warm = f", {v[K.TRAINING_WARMUP_STEPS]} warmup steps" if v[K.TRAINING_WARMUP_STEPS] else ""
+        return f"schedule: {v[K.TRAINING_LR_SCHEDULER]}{warm} (from settings)"
 
     def bf16_default(self, facts: Any) -> bool:
         """A NEW file targeting this machine's CUDA GPUs that all support bf16 should train in
@@ -216,11 +217,11 @@ class WizardState:
 
         if self.existed or facts is None or isinstance(facts, Exception):
             return False
-        if self.document.is_written("training.mixed_precision"):
+        if self.document.is_written(K.TRAINING_MIXED_PRECISION):
             return False
         data = _facts_dict(facts)
         gpus = data.get("gpus") or []
-        return (data.get("platform") == "cuda" and self.values["hardware.platform"] in ("auto", "cuda")
+        return (data.get("platform") == "cuda" and self.values[K.HARDWARE_PLATFORM] in ("auto", "cuda")
                 and bool(gpus) and all(g.get("bf16") for g in gpus))
 
     def apply_proposal(self, edits: dict[str, Any]) -> None:
@@ -238,16 +239,16 @@ class WizardState:
         """The target platform as the compiler resolved it (auto -> this machine)."""
         if self.result.plan is not None:
             return self.result.plan.platform
-        return str(self.values.get("hardware.platform", "auto"))
+        return str(self.values.get(K.HARDWARE_PLATFORM, "auto"))
 
     @property
     def global_batch(self) -> tuple[int, str]:
         v = self.values
         plan = self.result.plan
-        dp = plan.data_parallel_size if plan else v["hardware.num_processes"]
-        total = plan.global_batch_size if plan else batch_of(v["training.micro_batch_size"],
-                                                             v["training.gradient_accumulation_steps"], dp)
-        formula = (f"{v['training.micro_batch_size']} micro × {v['training.gradient_accumulation_steps']} accumulation"
+        dp = plan.data_parallel_size if plan else v[K.HARDWARE_NUM_PROCESSES]
+        total = plan.global_batch_size if plan else batch_of(v[K.TRAINING_MICRO_BATCH_SIZE],
+                                                             v[K.TRAINING_GRADIENT_ACCUMULATION_STEPS], dp)
+        formula = (f"{v[K.TRAINING_MICRO_BATCH_SIZE]} micro × {v[K.TRAINING_GRADIENT_ACCUMULATION_STEPS]} accumulation"
                    f" × {dp} data-parallel ranks")
         return total, formula
 
@@ -258,45 +259,45 @@ class WizardState:
         written = self.document.is_written(key)
         strategy = self.strategy
         if key.startswith("model.lora_"):
-            return v["model.type"] == "lora" or written
-        if key in ("model.pooling", "model.mrl_dims", "model.temperature"):
-            return v["model.family"] == "embedding" or written
-        if key == "data.seq_len":
-            return v["model.family"] != "diffusion" or written
-        if key == "data.resolution":
-            return v["model.family"] == "diffusion" or written
-        if key in ("hardware.machine_rank", "hardware.main_process_ip", "hardware.main_process_port",
-                   "hardware.rdzv_backend", "hardware.same_network"):
-            return v["hardware.num_machines"] > 1 or written
+            return v[K.MODEL_TYPE] == "lora" or written
+        if key in (K.MODEL_POOLING, K.MODEL_MRL_DIMS, K.MODEL_TEMPERATURE):
+            return v[K.MODEL_FAMILY] == "embedding" or written
+        if key == K.DATA_SEQ_LEN:
+            return v[K.MODEL_FAMILY] != "diffusion" or written
+        if key == K.DATA_RESOLUTION:
+            return v[K.MODEL_FAMILY] == "diffusion" or written
+        if key in (K.HARDWARE_MACHINE_RANK, K.HARDWARE_MAIN_PROCESS_IP, K.HARDWARE_MAIN_PROCESS_PORT,
+                   K.HARDWARE_RDZV_BACKEND, K.HARDWARE_SAME_NETWORK):
+            return v[K.HARDWARE_NUM_MACHINES] > 1 or written
         if key in MERGED:
             return written and (bool(fsdp_version(strategy)) or bool(v[key]))
-        if key.startswith("fsdp.") and key != "fsdp.cpu_ram_efficient_loading":
+        if key.startswith("fsdp.") and key != K.FSDP_CPU_RAM_EFFICIENT_LOADING:
             if not fsdp_version(strategy):
                 return False
-            if key == "fsdp.sharding_strategy":
+            if key == K.FSDP_SHARDING_STRATEGY:
                 return fsdp_version(strategy) == 1
-            if key == "fsdp.min_num_params":
-                return v["fsdp.auto_wrap_policy"] == "size"
-            if key == "fsdp.transformer_layer_cls_to_wrap":
-                return v["fsdp.auto_wrap_policy"] == "transformer" or bool(v[key])
+            if key == K.FSDP_MIN_NUM_PARAMS:
+                return v[K.FSDP_AUTO_WRAP_POLICY] == "size"
+            if key == K.FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP:
+                return v[K.FSDP_AUTO_WRAP_POLICY] == "transformer" or bool(v[key])
             return True
-        if key == "fsdp.cpu_ram_efficient_loading":
+        if key == K.FSDP_CPU_RAM_EFFICIENT_LOADING:
             return bool(fsdp_version(strategy))
         if key.startswith("deepspeed."):
             if strategy != "deepspeed":
                 return False
-            if key == "deepspeed.nvme_path":
-                return "nvme" in (v["deepspeed.offload_param"], v["deepspeed.offload_optimizer"]) or written
+            if key == K.DEEPSPEED_NVME_PATH:
+                return "nvme" in (v[K.DEEPSPEED_OFFLOAD_PARAM], v[K.DEEPSPEED_OFFLOAD_OPTIMIZER]) or written
             return True
         if key.startswith("context_parallel.sp_"):
             return strategy == "deepspeed" or written  # Ulysses runs under DeepSpeed only
         if key.startswith("context_parallel."):
             # The seed's UI shows context parallelism on CUDA hosts only.
             return (self.platform == "cuda" and fsdp_version(strategy) == 2) or written
-        if key == "training.optimizer":
+        if key == K.TRAINING_OPTIMIZER:
             return strategy != "deepspeed"
-        if key in ("training.ema_decay", "training.ema_device"):
-            return v["training.ema"] or written
+        if key in (K.TRAINING_EMA_DECAY, K.TRAINING_EMA_DEVICE):
+            return v[K.TRAINING_EMA] or written
         return True
 
     def visible_keys(self, step_id: str) -> list[str]:

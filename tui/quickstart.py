@@ -22,6 +22,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from ..compiler.keys import paths as K
 from .fields import FieldInput, steady_cursors
 from .model import WizardState
 
@@ -56,9 +57,9 @@ class QuickStart(ModalScreen[dict[str, Any] | None]):
 
     def compose(self) -> ComposeResult:
         v = self.state.values
-        gpus = max(1, v["hardware.num_processes"] // max(1, v["hardware.num_machines"]))
-        initial = {"qs-model": v["model.path"], "qs-gpus": str(gpus),
-                   "qs-memory": str(v["hardware.gpu_memory_gib"] or 80), "qs-machines": str(v["hardware.num_machines"])}
+        gpus = max(1, v[K.HARDWARE_NUM_PROCESSES] // max(1, v[K.HARDWARE_NUM_MACHINES]))
+        initial = {"qs-model": v[K.MODEL_PATH], "qs-gpus": str(gpus),
+                   "qs-memory": str(v[K.HARDWARE_GPU_MEMORY_GIB] or 80), "qs-machines": str(v[K.HARDWARE_NUM_MACHINES])}
         if initial["qs-gpus"] == "1" and not self.state.existed:
             initial["qs-gpus"] = "8"
         with Vertical(id="quickstart-box", classes="modal-box"):
@@ -101,9 +102,9 @@ class QuickStart(ModalScreen[dict[str, Any] | None]):
             box.update("Fill in all four: model, GPUs per machine (a whole number), GPU memory in GiB, machines.")
             return
         self.base_edits = {
-            "model.path": model, "hardware.platform": "cuda", "hardware.num_processes": gpus * machines,
-            "hardware.num_machines": machines, "hardware.gpu_memory_gib": int(memory) if memory.is_integer() else memory,
-            "training.mixed_precision": "bf16", "checkpoint.state_dict_type": "sharded",
+            K.MODEL_PATH: model, K.HARDWARE_PLATFORM: "cuda", K.HARDWARE_NUM_PROCESSES: gpus * machines,
+            K.HARDWARE_NUM_MACHINES: machines, K.HARDWARE_GPU_MEMORY_GIB: int(memory) if memory.is_integer() else memory,
+            K.TRAINING_MIXED_PRECISION: "bf16", K.CHECKPOINT_STATE_DICT_TYPE: "sharded",
         }
         trial = WizardState(self.state.path, self.state.document.text())
         trial.apply_proposal(self.base_edits)
@@ -148,7 +149,7 @@ class QuickStart(ModalScreen[dict[str, Any] | None]):
         index = min(max(options.index(choice) + step, 0), len(options) - 1)
         self.picked = options[index]["name"]
         self.query_one("#qs-strategies", OptionList).highlighted = index
-        self._show_choice(self.base_edits["hardware.num_processes"], self.base_edits["hardware.num_machines"])
+        self._show_choice(self.base_edits[K.HARDWARE_NUM_PROCESSES], self.base_edits[K.HARDWARE_NUM_MACHINES])
 
     def action_accept(self) -> None:
         self.refresh_proposal()  # for what the fields hold now, whatever messages are still on their way

@@ -11,6 +11,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import Button, Collapsible, Footer, Label, Select, Static
 
+from ..compiler.keys import paths as K
 from .facts import describe_hardware
 from .fields import FieldRow, dom_id
 from .layout import STEP_IDS, STEPS, STRATEGIES, advanced_keys
@@ -60,10 +61,10 @@ class StepPane(VerticalScroll):
             yield Static("", id="global-batch", classes="panel")
         for key in self.step.keys:
             extra = None
-            if key == "fsdp.transformer_layer_cls_to_wrap":
+            if key == K.FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP:
                 extra = Button("Detect blocks (F8)", id="open-blocks", classes="inline-button", compact=True)
             yield FieldRow(key, self.state.value(key), extra=extra)
-            if key == "training.lr_scheduler":
+            if key == K.TRAINING_LR_SCHEDULER:
                 yield Static("", id="lr-schedule", classes="field-note", markup=False)
         advanced = advanced_keys(self.step_id)
         if advanced:
@@ -103,7 +104,7 @@ class StepPane(VerticalScroll):
             if select.value != state.strategy:
                 with self.prevent(Select.Changed):
                     select.value = state.strategy
-            diags = [d for d in state.diagnostics_for("fsdp.enabled") + state.diagnostics_for("deepspeed.enabled")]
+            diags = [d for d in state.diagnostics_for(K.FSDP_ENABLED) + state.diagnostics_for(K.DEEPSPEED_ENABLED)]
             note = self.query_one("#strategy-diags", Static)
             note.update("\n".join(f"{d.severity}: {d.message}" for d in diags))
             note.display = bool(diags)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...compiler.keys import paths as K
 from .errors import DataError
 
 #: Rows of a streamed set that are encoded before the ranks start.
@@ -39,7 +40,7 @@ def check_causal(fam) -> str:
     s = fam.settings
     d, t = s.data, s.training
     if d.streaming and t.max_steps <= 0:
-        raise DataError("data.streaming", "a stream's length is unknown, so the run needs a step count",
+        raise DataError(K.DATA_STREAMING, "a stream's length is unknown, so the run needs a step count",
                         "set training.max_steps")
     pipe = fam.pipeline()
     pipe.packed = fam._packed()
