@@ -5,7 +5,8 @@ key whose accelerate name emit writes) uses these instead of a string literal. E
 made by `key` from an attribute read on the typed settings, so a key renamed in its
 declaration (`compiler/keys/sections/`) is seen twice: by mypy (the attribute no longer exists on
 `Settings`) and at import (`key` refuses a path that is not declared). A new constant is
-one line here, named ``SECTION_KEY``.
+one line here, named ``SECTION_KEY``. Outside compiler/keys/, a string literal that is exactly a
+key path fails tests/compiler/test_key_constants.py.
 """
 
 from __future__ import annotations
