@@ -11,7 +11,8 @@ Forgiving spellings (``"v2"``, ``SHARDED_STATE_DICT``, ``"A,B"`` for a list, ...
 canonical value and each change is reported as a note: a key's own spellings are declared
 with it (``spellings=`` in `compiler/keys/sections/`), the type-driven ones follow its declared type
 (`compiler/keys/coercion.py`). Unknown keys are errors with a
-"did you mean". Finally the schema validates types and enums; a key that fails falls back
+"did you mean"; a former key that another replaced (``replaces=`` in that key's declaration:
+``model.load_in_4bit``) says what to write instead. Finally the schema validates types and enums; a key that fails falls back
 to its default so that the cross-field rules can still run and report everything at once.
 """
 
@@ -168,20 +169,37 @@ class _Builder:
                     elif sub in idx.aliases and idx.aliases[sub].startswith(key + "."):
                         self.put(idx.aliases[sub], path, subvalue, "file")
                     else:
-                        self.unknown(path, sub, section=key)
+                        self.unknown(path, sub, subvalue, section=key)
             elif key in idx.aliases:
                 self.put(idx.aliases[key], key, value, "file")
             else:
-                self.unknown(key, key)
+                self.unknown(key, key, value)
 
-    def unknown(self, path: str, word: str, section: str | None = None) -> None:
+    def replaced(self, path: str, value: Any) -> tuple[str, str] | None:
+        """For a former key (`SchemaIndex.replaced`): (what replaced it, what to write instead)."""
+        if path not in self.idx.replaced:
+            return None
+        new, values = self.idx.replaced[path]
+        default = self.idx.keys[new].default
+        meant = [v for old, v in values.items() if type(old) is type(value) and old == value]
+        if not meant:
+            choices = " or ".join(f"{new} = {_describe(v)} (for {_describe(old)})" for old, v in values.items())
+            return new, f"write {choices} instead"
+        if meant[0] == default:
+            return new, f"remove it: {new} = {_describe(meant[0])}, the default, is what it meant"
+        return new, f"write {new} = {_describe(meant[0])} instead"
+
+    def unknown(self, path: str, word: str, value: Any, section: str | None = None) -> None:
         self.unknown_count += 1
         if self.unknown_count > MAX_UNKNOWN_REPORTED:  # a generated file: count the rest, suggest nothing
             self.unreported.append(path)
             return
+        where = f"in [{section}]" if section else "at top level"
+        if former := self.replaced(path, value):
+            self.diags.error(path, f"unknown key {word!r} {where}: {former[0]} replaced it", former[1])
+            return
         hints = self.idx.suggest(word, section) or self.idx.suggest(word)
         fix = f"did you mean {' or '.join(hints)}?" if hints else "remove it; `tuner schema` lists every key"
-        where = f"in [{section}]" if section else "at top level"
         self.diags.error(path, f"unknown key {word!r} {where}", fix)
 
     def take_override(self, text: str) -> None:
@@ -194,6 +212,9 @@ class _Builder:
             canonical = key
         elif key in self.idx.aliases:
             canonical = self.idx.aliases[key]
+        elif former := self.replaced(key, value):
+            self.diags.error(key, f"unknown key {key!r} in command-line override: {former[0]} replaced it", former[1])
+            return
         else:
             hints = self.idx.suggest(key)
             fix = f"did you mean {' or '.join(hints)}?" if hints else "`tuner schema` lists every key"

@@ -3,7 +3,8 @@
 `compiler/keys/sections/` declares each key once (`compiler/keys/settings.py` gathers the sections), as
 a dataclass field made by `setting`:
 its type is the field's annotation, and the rest (default, help, aliases, choices, bounds,
-forgiving spellings, accelerate's name for it, its place in the wizard) sits in the field's
+forgiving spellings, accelerate's name for it, its place in the wizard, the former keys it
+replaces) sits in the field's
 metadata as a `Setting`. A section class's ``step`` is the wizard step of its keys; a key
 declares ``step=`` only where it sits on another one. Everything else is derived from that
 declaration: the JSON Schema (`compiler/keys/schema_gen.py`), the schema index the compiler uses
@@ -60,6 +61,10 @@ class Setting:
     #: (None: the step's "Advanced" part, or no field where the wizard writes it itself).
     step: str = ""
     order: int | None = None
+    #: Former keys of this section merged into this one: their name (``[section] name``, or
+    #: ``name`` at top level, as the flat alias each had) -> {their value: this key's value}.
+    #: They are still unknown keys; the error says what to write instead.
+    replaces: dict[str, dict[Any, Any]] | None = None
 
 
 def setting(default: Any, help: str, **facts: Any) -> Any:

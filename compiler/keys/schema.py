@@ -7,6 +7,8 @@ Schema is generated from it (`compiler/keys/schema_gen.py`, committed as
 * the canonical key paths (``section.key``) with their JSON-Schema property,
 * the alias table (flat flag names from the seeds -> canonical path),
 * defaults, and "did you mean" suggestions for misspelt keys,
+* the former keys a key replaced (`SchemaIndex.replaced`), so that an old settings file is told
+  what to write instead,
 * accelerate's names for keys (`accelerate_names`, `accelerate_name`), shared by emit and
   the importer.
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from typing import Any
 
@@ -84,6 +86,9 @@ class SchemaIndex:
     aliases: dict[str, str]
     schema: dict[str, Any]
     """The whole JSON Schema the keys' properties come from (what normalise validates with)."""
+    replaced: dict[str, tuple[str, dict[Any, Any]]] = field(default_factory=dict)
+    """A former key as written (``model.load_in_4bit``, or its flat ``load_in_4bit``) -> (the key
+    that replaced it, {its value: that key's value}), from the keys' ``replaces=``."""
 
     def defaults(self) -> dict[str, dict[str, Any]]:
         """A fresh nested dict of every declared default (deep-copied)."""
@@ -114,12 +119,15 @@ def index_of(root: type) -> SchemaIndex:
     sections = schema["properties"]
     keys: dict[str, KeyInfo] = {}
     aliases: dict[str, str] = {}
+    replaced: dict[str, tuple[str, dict[Any, Any]]] = {}
     for key in declared(root):
         keys[key.path] = KeyInfo(key.path, key.section, key.name, sections[key.section]["properties"][key.name],
                                  key.setting, key.type, key.step)
         for alias in key.setting.aliases:
             aliases[alias] = key.path
-    return SchemaIndex(sections, keys, aliases, schema)
+        for name, values in (key.setting.replaces or {}).items():
+            replaced[f"{key.section}.{name}"] = replaced[name] = (key.path, values)
+    return SchemaIndex(sections, keys, aliases, schema, replaced)
 
 
 @cache

@@ -118,3 +118,14 @@ def test_key_constants_are_the_declared_paths():
     assert keys.key(lambda s: s.context_parallel.sp_size) == "context_parallel.sp_size"
     with pytest.raises(LookupError, match="fsdp.verison"):
         keys.key(lambda s: s.fsdp.verison)
+
+
+def test_replaced_keys_are_not_live_keys():
+    """A former key (`replaces=`) is an unknown key with a message: neither a declared key path nor an
+    alias, and it names a key that exists; model.load_in_4bit is model.base_precision's."""
+    idx = index()
+    for written, (path, values) in idx.replaced.items():
+        assert written not in idx.keys and written not in idx.aliases, written
+        assert path in idx.keys and values, written
+    assert idx.replaced["model.load_in_4bit"] == idx.replaced["load_in_4bit"] == (
+        "model.base_precision", {True: "nf4-bnb", False: "no_change"})

@@ -97,3 +97,21 @@ def test_deepspeed_config_file_errors_name_the_file(tmp_path):
     assert "ds.json:2:2: invalid JSON" in proc.stderr
     settings.write_text("deepspeed_config = 'missing.json'\n")
     assert "DeepSpeed config file not found" in run_tuner("compile", str(settings)).stderr
+
+
+def test_a_replaced_key_says_what_to_write_instead(tmp_path):
+    """model.load_in_4bit was merged into model.base_precision: an old file is still refused as an
+    unknown key (the same exit), but told the exact line to write, through the real command line."""
+    settings = tmp_path / "s.toml"
+    settings.write_text("[model]\nload_in_4bit = true\n")
+    proc = run_tuner("compile", str(settings), "--format", "json")
+    settings.write_text("[model]\nlora_rnk = 4\n")
+    assert proc.returncode == run_tuner("compile", str(settings)).returncode == 1, proc.stdout + proc.stderr
+    (d,) = [d for d in json.loads(proc.stdout)["diagnostics"] if d["severity"] == "error"]
+    assert (d["line"], d["key"]) == (2, "model.load_in_4bit")
+    assert d["message"] == "unknown key 'load_in_4bit' in [model]: model.base_precision replaced it"
+    assert d["fix"] == 'write model.base_precision = "nf4-bnb" instead'
+    settings.write_text("")
+    proc = run_tuner("compile", str(settings), "--set", "load_in_4bit=false")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert 'remove it: model.base_precision = "no_change", the default, is what it meant' in proc.stderr

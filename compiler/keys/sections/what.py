@@ -38,7 +38,7 @@ class ModelSettings:
         order=3,
         help="Train every weight (full) or LoRA adapters only (lora).")
     base_precision: str = setting(
-        "no_change", aliases=("base_model_precision",),
+        "no_change", aliases=("base_model_precision",), replaces={"load_in_4bit": {True: "nf4-bnb", False: "no_change"}},
         help="Precision of the frozen base model: no_change keeps it; nf4-bnb loads a causal LM folder's base "
              "in 4-bit NF4 (bitsandbytes, CUDA only) for QLoRA with model.type = \"lora\" (axolotl's "
              "load_in_4bit); other values (SimpleTuner's int8-quanto, ...) compile for your own trainer, "
