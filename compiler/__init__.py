@@ -31,7 +31,8 @@ from .keys import paths as K
 from .keys.settings import Settings
 from .memory.report import Estimate
 from .plan import model_facts
-from .plan.rules import Plan, check
+from .plan.plan import Plan
+from .plan.rules import check
 from .read.files import MAX_BYTES, FileError, parse_yaml
 from .read.hardware import HardwareFacts
 from .read.inputs import CompileInputs, gather

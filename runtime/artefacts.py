@@ -16,7 +16,7 @@ from ..compiler.artefacts.emit import ACCELERATE_YAML, DEEPSPEED_JSON, MANIFEST_
 from ..compiler.artefacts.emit import MANIFEST_JSON as MANIFEST
 from ..compiler.diagnostics import EXIT_USAGE
 from ..compiler.keys.settings import Settings
-from ..compiler.plan.rules import Plan
+from ..compiler.plan.plan import Plan
 from ..compiler.plan.strategy import Strategy
 
 

@@ -30,7 +30,7 @@ import yaml
 from ..diagnostics import printable
 from ..keys import paths as K
 from ..keys.settings import Settings
-from ..plan.rules import Plan
+from ..plan.plan import Plan
 
 LAUNCH_SH = "launch.sh"
 SLURM_SBATCH = "slurm.sbatch"

@@ -19,7 +19,7 @@ from ..diagnostics import Diagnostics
 from ..keys import paths as K
 from ..keys.schema import accelerate_name, accelerate_names, index, index_of, written_accelerate_names
 from ..keys.settings import Settings
-from ..plan.rules import Plan
+from ..plan.plan import Plan
 from ..read.inputs import tool_versions
 
 ACCELERATE_YAML = "accelerate.yaml"

@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..keys.settings import Settings
+from ..plan.plan import Plan
 from ..plan.strategy import Strategy
 from .activations import activation_bytes  # noqa: F401 - public
 from .advice import advise, host_advice, recommend  # noqa: F401 - public
@@ -80,9 +81,9 @@ def _set_fits(r: StrategyEstimate, usable_gpu: int, host_cap: int) -> StrategyEs
     return r
 
 
-def estimate(s: Settings, plan, facts=None, base_dir: Path | None = None,
+def estimate(s: Settings, plan: Plan, facts=None, base_dir: Path | None = None,
              model: ModelSize | None = None, found=None) -> Estimate:
-    """The memory estimate for settings `s` and their `plan` (`tuner.compiler.plan.rules.Plan`).
+    """The memory estimate for settings `s` and their `plan`.
 
     `facts` is a `tuner.compiler.read.hardware.HardwareFacts` (None: only what the settings
     state); `model` overrides what `model_size` would find; `found` is what the compile's
@@ -159,14 +160,13 @@ def for_result(result, facts=None, base_dir: Path | None = None) -> Estimate | N
     return estimate(result.settings, result.plan, facts, base_dir)
 
 
-def nvme_bytes_per_host(s: Settings, plan, found) -> int:
-    """What NVMe offload puts on each machine's disk for the chosen strategy; 0 if unknown.
-    `found`: the model's gathered `inputs.ModelFacts`."""
-    if not plan.strategy.is_deepspeed:
+def nvme_bytes_per_host(s: Settings, strategy: Strategy, world: int, rph: int, platform: str, found) -> int:
+    """What NVMe offload puts on each machine's disk under `strategy` on `world` processes,
+    `rph` per machine; 0 if unknown. `found`: the model's gathered `inputs.ModelFacts`."""
+    if not strategy.is_deepspeed:
         return 0
     m, _ = model_size(s, found)
     if m is None:
         return 0
-    r = estimate_strategy(s, m, plan.strategy, max(1, plan.world_size), max(1, plan.processes_per_machine),
-                          plan.platform, chosen=True)
+    r = estimate_strategy(s, m, strategy, max(1, world), max(1, rph), platform, chosen=True)
     return r.nvme_per_host

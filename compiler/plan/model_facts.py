@@ -9,7 +9,7 @@ local ``config.json``; `inputs.CompileInputs.facts`: the hardware), gathered bef
   suggestions (when detection data exist for the model; else a note saying how to get
   them), and warns when the chosen strategy does not fit the stated or detected memory;
 * `nvme_bytes` is the estimator's figure for what NVMe offload puts on each machine's disk
-  (0 = unknown), used by the free-space check.
+  (0 = unknown), which the rules stage hands to the DeepSpeed config's free-space check.
 
 Relative model paths were resolved by the gather stage like the runtime does: against the
 settings file's directory (the project directory).
@@ -24,7 +24,8 @@ from ..keys import paths as K
 from ..keys.settings import Settings
 from ..memory import estimate as _estimate
 from ..memory.report import Estimate
-from .rules import Plan
+from .plan import Plan
+from .strategy import Strategy
 
 
 def known_classes(s: Settings, found) -> tuple[set[str] | None, list[str], str]:
@@ -117,10 +118,14 @@ def check(s: Settings, plan: Plan, diags: Diagnostics, found, facts=None) -> Est
     return _check_fit(s, plan, diags, found, facts)
 
 
-def nvme_bytes(s: Settings, plan: Plan, found) -> int:
-    """What NVMe offload puts on each machine's disk (0: unknown); `found`: the model's
-    gathered `inputs.ModelFacts` (this reads nothing)."""
+def nvme_bytes(s: Settings, strategy: Strategy, world: int, rph: int, platform: str, found) -> int:
+    """What NVMe offload puts on each machine's disk under `strategy` on `world` processes,
+    `rph` per machine (0: unknown; an estimate is advice, so an error is 0 too). `found`: the
+    model's gathered `inputs.ModelFacts` (None: the model is unknown; this reads nothing). The
+    rules stage asks before the plan exists, for the settings' own ZeRO stage."""
+    if found is None:
+        return 0
     try:
-        return _estimate.nvme_bytes_per_host(s, plan, found=found)
+        return _estimate.nvme_bytes_per_host(s, strategy, world, rph, platform, found)
     except (ValueError, TypeError, OSError, ZeroDivisionError):
         return 0

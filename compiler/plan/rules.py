@@ -18,7 +18,7 @@ import copy
 import re
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..canonical.normalise import Normalised
@@ -26,6 +26,7 @@ from ..diagnostics import Diagnostics
 from ..keys import paths as K
 from ..keys.schema import index
 from ..keys.settings import Settings, freeze, global_batch
+from .plan import Plan
 from .rules_runtime import check_runtime_keys
 from .strategy import Strategy
 
@@ -35,26 +36,6 @@ MSG_CP_NEEDS_FSDP2 = "Context parallelism requires FSDP2."
 #: Declared once, as model.family's offered choices (compiler/keys/sections/what.py).
 TRAINED_FAMILIES: tuple[str, ...] = tuple(index().keys[K.MODEL_FAMILY].setting.open_choices or ())
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What the settings resolve to; written to the manifest for the runtime."""
-
-    strategy: Strategy
-    """single, ddp, fsdp1, fsdp2, zero0, zero1, zero2 or zero3 (written as that string)."""
-    distributed_type: str
-    """accelerate's DistributedType name."""
-    platform: str
-    world_size: int
-    processes_per_machine: int
-    data_parallel_size: int
-    global_batch_size: int
-    uses_deepspeed: bool
-    uses_fsdp: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def deepspeed_requested(s: Settings) -> bool:
@@ -202,9 +183,11 @@ def check(n: Normalised, diags: Diagnostics, detected: str, found: Any = None,
     ds_cfg = None
     if ds_on:
         from ..artefacts import deepspeed_config
+        from .model_facts import nvme_bytes
 
-        ds_cfg, s = deepspeed_config.build(s, dp, explicit, diags, disks,
-                                           _nvme_need(s, world, rph, platform, found))
+        # the estimate's NVMe need at the settings' own ZeRO stage (the plan is made after the build)
+        need = nvme_bytes(s, Strategy.zero(s.deepspeed.zero_stage), world, rph, platform, found)
+        ds_cfg, s = deepspeed_config.build(s, dp, explicit, diags, disks, need)
     return Checked(freeze(s), _plan(s, ds_on, world, rph, dp, platform), ds_cfg)
 
 
@@ -239,29 +222,6 @@ def _plan(s: Settings, ds_on: bool, world: int, rph: int, dp: int, platform: str
                 processes_per_machine=rph, data_parallel_size=dp,
                 global_batch_size=global_batch(t.micro_batch_size, t.gradient_accumulation_steps, dp),
                 uses_deepspeed=ds_on, uses_fsdp=s.fsdp.enabled and not ds_on)
-
-
-@dataclass(frozen=True)
-class _Shape:
-    """What the NVMe estimate reads of a plan, before the plan exists (the settings' stage)."""
-
-    strategy: Strategy
-    world_size: int
-    processes_per_machine: int
-    platform: str
-
-
-def _nvme_need(s: Settings, world: int, rph: int, platform: str, found: Any) -> int:
-    """The estimator's figure for what NVMe offload puts on each machine's disk (0: unknown),
-    for the settings' own ZeRO stage; `found` None: the model is unknown."""
-    if found is None:
-        return 0
-    from ..memory.estimate import nvme_bytes_per_host
-
-    try:
-        return nvme_bytes_per_host(s, _Shape(Strategy.zero(s.deepspeed.zero_stage), world, rph, platform), found=found)
-    except (ValueError, TypeError, OSError, ZeroDivisionError):
-        return 0
 
 
 def _deepspeed_sequence_parallel(s: Settings, ds_on: bool, world: int, diags: Diagnostics) -> int:

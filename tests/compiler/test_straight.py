@@ -114,5 +114,6 @@ def test_no_compile_path_function_reads_when_an_argument_is_left_out(tmp_path, m
     result = compile_text('[model]\npath = "builtin:tiny-llama"\n', facts=CPU)
     with pytest.raises(TypeError):
         model_size(result.settings)  # type: ignore[call-arg]
+    p = result.plan
     with pytest.raises(TypeError):
-        nvme_bytes(result.settings, result.plan)  # type: ignore[call-arg]
+        nvme_bytes(result.settings, p.strategy, p.world_size, p.processes_per_machine, p.platform)  # type: ignore[call-arg]

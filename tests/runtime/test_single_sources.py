@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from tuner.compiler.artefacts import emit
-from tuner.compiler.plan.rules import Plan
+from tuner.compiler.plan.plan import Plan
 
 REPO = Path(__file__).resolve().parents[2]
 FOLDERS = ("runtime", "tuner")
