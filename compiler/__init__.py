@@ -238,10 +238,3 @@ def compile_file(path: Path, overrides: list[str] | tuple[str, ...] = (), out_di
     src = read_settings(Path(path))
     return compile_source(src, overrides, out_dir, facts=facts)
 
-
-def render_for_text(settings_text: str, settings_path: Path | None = None) -> str:
-    """The estimate table for settings given as TOML text (the compile's own estimate)."""
-    result = compile_text(settings_text, path=Path(settings_path) if settings_path else None)
-    if result.estimate is None:
-        return "memory estimate unavailable: the settings do not compile yet"
-    return result.estimate.table()
