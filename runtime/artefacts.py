@@ -140,7 +140,7 @@ def manifest_problem(manifest: Any) -> str | None:
     must not discover a hand edit as a traceback on every rank."""
     from jsonschema import Draft202012Validator
 
-    from ..compiler.canonical.normalise import _numeric_problem
+    from ..compiler.canonical.value_checks import numeric_problem
     from ..compiler.keys.schema import index, load_schema
 
     if not isinstance(manifest, dict):
@@ -156,7 +156,7 @@ def manifest_problem(manifest: Any) -> str | None:
         section = settings.get(info.section)
         if not isinstance(section, dict) or info.name not in section:
             return f"settings.{path} is missing"
-        problem = _numeric_problem(info.prop, section[info.name])
+        problem = numeric_problem(info.prop, section[info.name])
         if problem:
             return f"settings.{path} {problem}"
     unknown = sorted(f"{sec}.{key}" for sec, body in settings.items() if isinstance(body, dict)

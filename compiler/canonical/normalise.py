@@ -12,15 +12,16 @@ canonical value and each change is reported as a note: a key's own spellings are
 with it (``spellings=`` in `compiler/keys/sections/`), the type-driven ones follow its declared type
 (`compiler/keys/coercion.py`). Unknown keys are errors with a
 "did you mean"; a former key that another replaced (``replaces=`` in that key's declaration:
-``model.load_in_4bit``) says what to write instead. Finally the schema validates types and enums; a key that fails falls back
-to its default so that the cross-field rules can still run and report everything at once.
+``model.load_in_4bit``) says what to write instead. Finally the values are checked
+(`value_checks.py`: numbers, text patterns, what the artefacts cannot hold) and the schema
+validates types and enums; a key that fails falls back to its default so that the
+cross-field rules can still run and report everything at once.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import math
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,11 +37,6 @@ from . import value_checks
 from .spellings import FAMILY_ALIASES
 
 # --- forgiving spellings: each key's own are declared with it (compiler/canonical/spellings.py) ---
-
-def _types(prop: dict[str, Any]) -> list[str]:
-    t = prop.get("type", [])
-    return t if isinstance(t, list) else [t]
-
 
 def coerce(path: str, value: Any) -> Any:
     """A value written for canonical key `path` -> its canonical value: the key's declared
@@ -313,43 +309,11 @@ _TYPE_WORDS = {"integer": "an integer", "number": "a number", "boolean": "true o
                "string": "a string", "array": "a list", "object": "a table"}
 
 
-#: The largest magnitude a numeric setting may have: integers beyond it are not exact in
-#: JSON readers that use doubles, and nothing tuner configures comes near it.
-MAX_NUMBER = 2**53 - 1
-
-
-def _numeric_problem(prop: dict[str, Any], value: Any) -> str | None:
-    """Why `value` is not acceptable for an integer or number key, or None. The schema's
-    validator would accept 3.0 as an integer and NaN or inf within any range."""
-    types = _types(prop)
-    if not ({"integer", "number"} & set(types)) or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None  # not a numeric key, or a type error the schema reports
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"must be a finite number (got {value})"
-    if "integer" in types and "number" not in types and isinstance(value, float):
-        hint = f"; write {int(value)}" if value.is_integer() and abs(value) <= MAX_NUMBER else ""
-        return f"must be an integer (got {value}){hint}"
-    if abs(value) > MAX_NUMBER:
-        return f"{_describe(value)} is too large (out of range: at most {MAX_NUMBER:,} in magnitude)"
-    return None
-
-
-def _check_numbers(settings: dict[str, Any], result: _Result, diags: Diagnostics, idx: SchemaIndex) -> None:
-    """Refuse non-finite, non-integral and huge numbers (falling back to the default)."""
-    for path, info in idx.keys.items():
-        value = settings[info.section][info.name]
-        problem = _numeric_problem(info.prop, value)
-        if problem:
-            diags.error(result.origin.get(path, path), problem, info.description)
-            settings[info.section][info.name] = copy.deepcopy(info.default)
-            result.invalid.add(path)
-
-
 def _validate(settings: dict[str, Any], result: _Result, diags: Diagnostics, idx: SchemaIndex) -> None:
     from jsonschema import Draft202012Validator
 
     value_checks.check_values(settings, result, diags, idx)
-    _check_numbers(settings, result, diags, idx)
+    value_checks.check_numbers(settings, result, diags, idx)
     value_checks.check_patterns(settings, result, diags, idx)
     validator = Draft202012Validator(idx.schema)
     seen: set[str] = set()
@@ -366,7 +330,7 @@ def _validate(settings: dict[str, Any], result: _Result, diags: Diagnostics, idx
         written = result.origin.get(path, path)
         got = _describe(err.instance)
         if err.validator == "type":
-            want = " or ".join(_TYPE_WORDS.get(t, t) for t in _types(err.schema))
+            want = " or ".join(_TYPE_WORDS.get(t, t) for t in value_checks.schema_types(err.schema))
             message = f"must be {want} (got {got})"
         elif err.validator == "enum":
             choices = ", ".join(json.dumps(c) for c in err.schema["enum"])

@@ -2,6 +2,9 @@
 value (falling back to the default, as `compiler/canonical/normalise.py` does for every invalid key)
 and naming the key:
 
+* numbers must be finite, integers where the key is an integer, and at most `MAX_NUMBER` in
+  magnitude (the validator accepts 3.0 as an integer, and NaN or inf within any range); the
+  runtime checks a manifest's settings with the same `numeric_problem`;
 * text keys with a pattern must match it whole (`compiler/canonical/patterns.py`: the values that reach
   launch.sh, slurm.sbatch and the manifests);
 * tables and lists must hold only what JSON and YAML artefacts can (no TOML dates, no NaN);
@@ -27,6 +30,44 @@ from . import patterns
 def _describe(value: Any) -> str:
     text = json.dumps(value, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+#: The largest magnitude a numeric setting may have: integers beyond it are not exact in
+#: JSON readers that use doubles, and nothing tuner configures comes near it.
+MAX_NUMBER = 2**53 - 1
+
+
+def schema_types(prop: dict[str, Any]) -> list[str]:
+    """The JSON types a schema property allows (its "type", one or a list)."""
+    t = prop.get("type", [])
+    return t if isinstance(t, list) else [t]
+
+
+def numeric_problem(prop: dict[str, Any], value: Any) -> str | None:
+    """Why `value` is not acceptable for an integer or number key, or None. The schema's
+    validator would accept 3.0 as an integer and NaN or inf within any range."""
+    types = schema_types(prop)
+    if not ({"integer", "number"} & set(types)) or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None  # not a numeric key, or a type error the schema reports
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number (got {value})"
+    if "integer" in types and "number" not in types and isinstance(value, float):
+        hint = f"; write {int(value)}" if value.is_integer() and abs(value) <= MAX_NUMBER else ""
+        return f"must be an integer (got {value}){hint}"
+    if abs(value) > MAX_NUMBER:
+        return f"{_describe(value)} is too large (out of range: at most {MAX_NUMBER:,} in magnitude)"
+    return None
+
+
+def check_numbers(settings: dict[str, Any], result: Any, diags: Diagnostics, idx: Any = None) -> None:
+    """Refuse non-finite, non-integral and huge numbers (falling back to the default)."""
+    for path, info in (idx or index()).keys.items():
+        value = settings[info.section][info.name]
+        problem = numeric_problem(info.prop, value)
+        if problem:
+            diags.error(result.origin.get(path, path), problem, info.description)
+            settings[info.section][info.name] = copy.deepcopy(info.default)
+            result.invalid.add(path)
 
 
 def check_patterns(settings: dict[str, Any], result: Any, diags: Diagnostics, idx: Any = None) -> None:
