@@ -14,9 +14,6 @@ What is run, in the build's project directory (where relative paths in the artef
 4. the "auto" values filled by accelerate's own `deepspeed_config_process` /
    `set_mixed_precision` with what the run would pass (the manifest's settings);
 5. DeepSpeed's `DeepSpeedConfig` on the result at the run's data-parallel world size.
-
-`derive_rules()` reads DeepSpeed's pydantic config models into `schemas/deepspeed_rules.json`,
-which `tuner compile` checks raw configs against without DeepSpeed (a test re-derives it).
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import enum
 import importlib.util
 import json
 import logging
@@ -32,10 +28,8 @@ import os
 import socket
 import subprocess
 import sys
-import types
-import typing
 import warnings
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
 from ..diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE
@@ -277,106 +271,10 @@ def run_in_subprocess(build_dir: Path, project_dir: Path, uses_deepspeed: bool) 
     return proc.returncode, text
 
 
-# -- rules derived from DeepSpeed's pydantic models -----------------------------------------
-
-def _field_spec(annotation, metadata) -> dict[str, Any]:
-    from pydantic import BaseModel
-
-    spec: dict[str, Any] = {}
-    args = typing.get_args(annotation)
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        inner = [a for a in args if a is not type(None)]
-        spec["nullable"] = len(inner) < len(args)
-        annotation = inner[0] if len(inner) == 1 else Any
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        spec["type"] = "table"
-        spec["model"] = annotation.__name__
-    elif isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        spec["type"] = "enum"
-        spec["values"] = [m.value for m in annotation]
-    elif annotation is bool:
-        spec["type"] = "bool"
-    elif annotation is int:
-        spec["type"] = "int"
-    elif annotation is float:
-        spec["type"] = "float"
-    elif annotation is str:
-        spec["type"] = "str"
-    elif isinstance(annotation, type) and issubclass(annotation, PurePath):
-        spec["type"] = "str"
-    else:
-        spec["type"] = "any"
-    for m in metadata:
-        for bound in ("ge", "gt", "le", "lt"):
-            if getattr(m, bound, None) is not None:
-                spec[bound] = getattr(m, bound)
-    return spec
-
-
-def _model_rules(model, out: dict[str, Any]) -> None:
-    from pydantic import BaseModel
-
-    if model.__name__ in out:
-        return
-    fields: dict[str, Any] = {}
-    out[model.__name__] = {"extra": model.model_config.get("extra", "ignore"), "fields": fields}
-    for name, f in model.model_fields.items():
-        spec = _field_spec(f.annotation, f.metadata)
-        extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
-        if extra.get("deprecated"):
-            spec["deprecated"] = str(extra.get("new_param", ""))
-        if f.default is None or isinstance(f.default, (bool, int, float, str, enum.Enum)):  # what "auto" falls back to
-            spec["default"] = f.default.value if isinstance(f.default, enum.Enum) else f.default
-        for key in {name, f.alias or name}:
-            fields[key] = spec
-        for arg in (f.annotation, *typing.get_args(f.annotation)):
-            if isinstance(arg, type) and issubclass(arg, BaseModel):
-                _model_rules(arg, out)
-
-
-def derive_rules() -> dict[str, Any]:
-    """What DeepSpeed's own config models accept, as data (needs deepspeed installed)."""
-    import deepspeed
-    import deepspeed.runtime.config as ds_config
-    from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
-    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
-
-    models: dict[str, Any] = {}
-    for model in (DeepSpeedZeroConfig, DeepSpeedBF16Config, DeepSpeedFP16Config):
-        _model_rules(model, models)
-    positive = {"type": "int", "gt": 0}
-    return {
-        "deepspeed_version": deepspeed.__version__,
-        "top_level": {
-            "zero_optimization": {"type": "table", "model": "DeepSpeedZeroConfig"},
-            "bf16": {"type": "table", "model": "DeepSpeedBF16Config"},
-            "bfloat16": {"type": "table", "model": "DeepSpeedBF16Config"},
-            "fp16": {"type": "table", "model": "DeepSpeedFP16Config"},
-            "train_batch_size": positive,
-            "train_micro_batch_size_per_gpu": positive,
-            "gradient_accumulation_steps": positive,
-            "gradient_clipping": {"type": "float", "ge": 0},
-            "steps_per_print": {"type": "int", "ge": 0},
-            "optimizer": {"type": "block"},
-            "scheduler": {"type": "block"},
-        },
-        "removed_top_level": dict(sorted(ds_config._REMOVED_TOP_LEVEL_CONFIG_KEYS.items())),
-        "removed_zero": dict(sorted(ds_config._REMOVED_ZERO_CONFIG_KEYS.items())),
-        "models": models,
-    }
-
-
-def render_rules(rules: dict[str, Any]) -> str:
-    return json.dumps(rules, indent=1, sort_keys=True) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--derive-rules"] and len(argv) == 2:  # DeepSpeed prints to stdout: write a file
-        Path(argv[1]).write_text(render_rules(derive_rules()), encoding="utf-8")
-        return EXIT_OK
     if not argv or argv[0].startswith("-"):
-        print("usage: python -m tuner.compiler.artefacts.verify BUILD_DIR... | --derive-rules OUT.json", file=sys.stderr)
+        print("usage: python -m tuner.compiler.artefacts.verify BUILD_DIR...", file=sys.stderr)
         return EXIT_USAGE
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)

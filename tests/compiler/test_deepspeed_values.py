@@ -14,7 +14,7 @@ from importlib import resources
 
 import pytest
 from tuner.compiler import compile_text
-from tuner.compiler.artefacts.verify import derive_rules, render_rules
+from tuner.compiler.plan.deepspeed_rules_gen import derive_rules, render_rules
 
 from tests.compiler.helpers import parse_deepspeed
 
@@ -23,7 +23,7 @@ def test_rules_file_is_what_the_installed_deepspeed_says():
     committed = resources.files("tuner.schemas").joinpath("deepspeed_rules.json").read_text()
     assert committed == render_rules(derive_rules()), (
         "schemas/deepspeed_rules.json is stale: regenerate it with "
-        "`python -m tuner.compiler.artefacts.verify --derive-rules schemas/deepspeed_rules.json`")
+        "`python -m tuner.compiler.plan.deepspeed_rules_gen schemas/deepspeed_rules.json`")
 
 
 def _settings(config: dict) -> str:
