@@ -71,3 +71,28 @@ def test_llamafactory_cutoff_len_imported_dataset_names_and_template_listed_with
     assert "dataset 'identity,alpaca_en_demo' names entries of LLaMA-Factory's dataset_info.json" in remarks
     assert "template 'llama3' is one of LLaMA-Factory's named prompt templates" in remarks
     assert listed["dataset"] == "identity,alpaca_en_demo" and listed["template"] == "llama3"
+
+
+def test_llamafactory_pretraining_and_neat_packing_pack(tmp_path):
+    data = yaml.safe_load((LLAMAFACTORY / "extras" / "fsdp_qlora" / "llama3_lora_sft.yaml").read_text())
+    for changes, packing, remark in (({"stage": "pt"}, True, "lets attention cross the documents"),
+                                     ({"neat_packing": True}, True, None),
+                                     ({"packing": True}, True, "lets attention cross the documents")):
+        one = tmp_path / "lf.yaml"
+        one.write_text(yaml.safe_dump({**data, **changes}))
+        values, remarks, listed = _data(one)
+        assert values["data.packing"] is packing and "neat_packing" not in listed, changes
+        assert (remark in remarks) if remark else "lets attention cross" not in remarks, changes
+
+
+def test_axolotl_jinja_template_inline_or_implied(tmp_path):
+    data = yaml.safe_load((AXOLOTL / "llama-4" / "scout-qlora-flexattn-fsdp2.yaml").read_text())
+    jinja = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+    for template in ({"chat_template": "jinja"}, {}):  # unset: axolotl reads chat_template_jinja as jinja
+        cfg = {k: v for k, v in data.items() if k != "chat_template"} | template | {"chat_template_jinja": jinja}
+        one = tmp_path / "jinja.yaml"
+        one.write_text(yaml.safe_dump(cfg))
+        values, remarks, listed = _data(one)
+        assert values["data.chat_template"] == jinja, template
+        assert "chat_template" not in listed and "chat_template_jinja" not in listed
+        assert "named templates" not in remarks
