@@ -1,8 +1,8 @@
 """Round 2 of the peer-config corpus (issue 23): public files from trl, alignment-handbook,
-open-instruct, axolotl and LLaMA-Factory, copied under tests/compiler/data/peer2 (PROVENANCE.md
-there), imported and compiled, then judged with accelerate's and DeepSpeed's own code
-(docs/interop.md), as tests/compiler/test_peer_configs.py does for the
-first corpus:
+open-instruct, axolotl, LLaMA-Factory and modal-labs/llm-finetuning (axolotl configs), copied
+under tests/compiler/data/peer2 (PROVENANCE.md there), imported and compiled, then judged with
+accelerate's and DeepSpeed's own code (docs/interop.md), as tests/compiler/test_peer_configs.py
+does for the first corpus:
 
 * accelerate YAMLs: the launch accelerate derives from the source and from the compiled
   accelerate.yaml (mode, processes, every ACCELERATE_/FSDP_/PARALLELISM_CONFIG_ variable, the
@@ -41,7 +41,8 @@ LLAMAFACTORY = PEER2 / "hiyouga__LLaMA-Factory"
 LAUNCH_REPOS = ("huggingface__trl", "huggingface__alignment-handbook", "allenai__open-instruct")
 YAMLS = sorted(p for r in LAUNCH_REPOS for p in (PEER2 / r).rglob("*.yaml"))
 JSONS = sorted(p for r in LAUNCH_REPOS for p in (PEER2 / r).rglob("*.conf"))
-AXOLOTL_YAMLS = sorted(p for p in (AXOLOTL / "examples").rglob("*.y*ml"))
+#: axolotl training YAMLs: axolotl's examples and a project's own configs (modal-labs/llm-finetuning).
+AXOLOTL_YAMLS = sorted([*(AXOLOTL / "examples").rglob("*.y*ml"), *(PEER2 / "modal-labs__llm-finetuning").rglob("*.y*ml")])
 LLAMAFACTORY_YAMLS = sorted((LLAMAFACTORY / "examples").rglob("*.yaml"))
 #: The world size a training YAML's launcher picks (one process per GPU): the person sets it
 #: after import, as the import's note asks.
@@ -207,7 +208,7 @@ def _training_values(imported, pairs: dict[str, object]) -> None:
 @pytest.mark.parametrize("path", AXOLOTL_YAMLS, ids=[_id(p) for p in AXOLOTL_YAMLS])
 def test_axolotl_training_yaml_imports_to_what_axolotl_launches(path, tmp_path, monkeypatch):
     cfg = yaml.safe_load(path.read_text())
-    source = _stage(path, AXOLOTL, tmp_path)
+    source = _stage(path, PEER2 / _id(path).split("/")[0], tmp_path)
     if _id(path) in NOT_EQUIVALENT:
         _refused(source, NOT_EQUIVALENT[_id(path)], tmp_path)
         return
