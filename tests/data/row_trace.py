@@ -1,5 +1,7 @@
-"""A trainer callback for the data tests: each rank's trained rows (a hash per row, by step)
-and its logged metrics, written to ``$TUNER_TEST_ROWS_DIR/rank{N}.json`` at the end.
+"""A trainer callback for the data tests: each rank's trained rows (a hash per row, by step,
+and the batch itself: input ids, labels, position ids, so a test can read the loss mask the
+ranks trained with) and its logged metrics, written to ``$TUNER_TEST_ROWS_DIR/rank{N}.json``
+at the end. Meant for a few small batches.
 
     tuner run SETTINGS --callback tests.data.row_trace:rows
 """
@@ -26,8 +28,12 @@ class RowTrace(TrainerCallback):
         self.data: dict = {"batches": [], "metrics": []}
 
     def on_batch_start(self, trainer, batch) -> None:
-        self.data["batches"].append({"step": trainer.step + 1, "rows": [row_key(r) for r in batch["input_ids"].cpu()],
-                                     "has_position_ids": "position_ids" in batch})
+        ids = batch["input_ids"].cpu()
+        self.data["batches"].append({"step": trainer.step + 1, "rows": [row_key(r) for r in ids],
+                                     "has_position_ids": "position_ids" in batch, "input_ids": ids.tolist(),
+                                     "labels": batch["labels"].cpu().tolist(),
+                                     "position_ids": batch["position_ids"].cpu().tolist() if "position_ids" in batch
+                                     else None})
 
     def on_step_end(self, trainer, metrics) -> None:
         if metrics:

@@ -1,18 +1,37 @@
-"""`tuner run` on 2 real gloo ranks with people's own data: a chat JSONL streamed under FSDP2
-(and resumed in the middle of the streamed epoch: no row repeated or skipped), and an
-instruction set in parquet under ZeRO-2. Other formats are covered in-process
-(test_formats.py): each run here costs about a minute on this machine."""
+"""`tuner run` on 2 real gloo ranks with people's own data, one launch per source format, FSDP2
+and ZeRO-2 about half each:
+
+* a chat JSONL streamed under FSDP2, resumed in the middle of the streamed epoch (no row
+  repeated or skipped);
+* a parquet instruction set under ZeRO-2;
+* jsonl text, jsonl chat (system prompts, multi-turn rows), jsonl prompt/completion, csv with
+  its columns mapped, and a `save_to_disk` folder's split (`test_each_format_trains_on_two_ranks`):
+  3 optimizer steps each, no checkpoint, no export, no validation.
+
+Each of these five shows the run's "data: FILE (FORMAT)" line, the rows each rank trained (the
+batches themselves, through the row-trace callback: distinct across the ranks, every document in
+them one of the file's rows), a finite loss at every step, and the loss mask the ranks trained
+with (raw text: every token but a document's first; chat: exactly the assistant turns;
+instruction: exactly the completion); the streamed and the parquet runs check the same mask and
+documents too. The formats' reading, detection and column mapping in detail are
+test_formats.py's, in-process; arrow files, .txt files and glob shards are read and packed only
+there, not trained on ranks: a launch costs 25-45 s on a loaded 2-core machine, most of it the
+two ranks starting."""
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.data.data_helpers import source_rows, write_format
 from tests.data.row_trace import ROWS
 from tests.runtime.runtime_helpers import to_toml, tuner_env
 from tests.tiny_chat_llama import chat_rows, sentences
@@ -52,9 +71,67 @@ def _settings(model: Path, data: dict, **sections) -> dict:
 
 
 FSDP2 = {"enabled": True, "version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}
+ZERO2 = {"enabled": True, "zero_stage": 2}
+IGNORE = -100
 
 
-def test_streamed_chat_under_fsdp2_resumes_mid_epoch_without_repeating_or_skipping(tmp_path, tiny_model):
+@pytest.fixture(scope="module")
+def tok(tiny_model):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_model))
+
+
+def _documents(traces: list[dict], pad_id: int) -> list[tuple[list[int], list[int]]]:
+    """(input ids, labels) of every document the ranks trained (or the piece of one that a row
+    holds): each row's real tokens, cut where its position ids restart at 0."""
+    docs: list[tuple[list[int], list[int]]] = []
+    for t in traces:
+        for b in t["batches"]:
+            for ids, labels, pos in zip(b["input_ids"], b["labels"], b["position_ids"], strict=True):
+                for i, lab, n in zip(ids, labels, pos, strict=True):
+                    if i == pad_id:
+                        continue
+                    if n == 0:
+                        docs.append(([], []))
+                    docs[-1][0].append(i)
+                    docs[-1][1].append(lab)
+    return docs
+
+
+def _check_trained(traces: list[dict], fmt: str, tok, rows: list[dict]) -> list[str]:
+    """Every document the ranks trained is one of `rows` read as `fmt`, and its labels are that
+    format's loss mask: raw text, every token but the first; chat, exactly the assistant turns
+    (content and end of turn); instruction, exactly the completion and end of text. The
+    documents' text."""
+    if fmt == "chat":
+        whole = {tok.apply_chat_template(r["messages"], tokenize=False) for r in rows}
+    elif fmt == "instruction":
+        whole = {r["prompt"] + r["completion"] + tok.eos_token for r in rows}
+    else:
+        whole = {r["text"] + tok.eos_token for r in rows}
+    docs = _documents(traces, tok.pad_token_id)
+    assert docs
+    texts = []
+    for ids, labels in docs:
+        text = tok.decode(ids)
+        texts.append(text)
+        assert labels[0] == IGNORE, "a document's first token is no target"
+        assert all(lab in (IGNORE, i) for i, lab in zip(ids, labels, strict=True))
+        trained = tok.decode([i for i, lab in zip(ids, labels, strict=True) if lab != IGNORE])
+        if fmt == "text":  # wrapped: a row may hold a piece of a document
+            assert any(text in w for w in whole), text
+            assert labels[1:] == ids[1:], "raw text: every token is a target"
+        elif fmt == "chat":
+            assert text in whole, text
+            assert trained == "".join(re.findall(r"<\|im_start\|>assistant\n(.*?<\|im_end\|>\n)", text, re.S)), text
+        else:
+            assert text in whole, text
+            assert trained == text.split("\nAnswer:", 1)[1], text
+    return texts
+
+
+def test_streamed_chat_under_fsdp2_resumes_mid_epoch_without_repeating_or_skipping(tmp_path, tiny_model, tok):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     for d in (straight, resumed):
         d.mkdir()
@@ -71,7 +148,9 @@ def test_streamed_chat_under_fsdp2_resumes_mid_epoch_without_repeating_or_skippi
     assert all(b["has_position_ids"] for t in traces for b in t["batches"]), "packed rows carry position ids"
     m = [x for x in traces[0]["metrics"] if "loss" in x]
     assert len(m) == 6 and all(x["tokens_per_step"] > 0 and 0 <= x["padding_ratio"] < 1 for x in m)
+    assert all(math.isfinite(x["loss"]) for x in m)
     assert (straight / "out" / "checkpoints" / "step-3" / "data_stream_rank1.json").is_file()
+    _check_trained(traces, "chat", tok, chat_rows(200))
 
     # Resume from the straight run's step-3 checkpoint: steps 4-6 see exactly its rows.
     (resumed / "out" / "checkpoints").mkdir(parents=True)
@@ -86,14 +165,14 @@ def test_streamed_chat_under_fsdp2_resumes_mid_epoch_without_repeating_or_skippi
         assert again == {s: rows[r][s] for s in (4, 5, 6)}, f"rank {r}: the resumed run trains the same rows"
 
 
-def test_parquet_instruction_set_under_zero2(tmp_path, tiny_model):
+def test_parquet_instruction_set_under_zero2(tmp_path, tiny_model, tok):
     from datasets import Dataset
 
     s = sentences(120, seed=9)
     rows = [{"prompt": f"Question: {s[2 * i]}\nAnswer:", "completion": " " + s[2 * i + 1]} for i in range(60)]
     Dataset.from_list(rows).to_parquet(str(tmp_path / "qa.parquet"))
     settings = _settings(tiny_model, {"path": "qa.parquet", "validation_split": 0.1},
-                         deepspeed={"enabled": True, "zero_stage": 2})
+                         deepspeed=ZERO2)
     p = _run(tmp_path, settings)
     assert p.returncode == 0, (p.stdout + p.stderr)[-5000:]
     assert "data: qa.parquet (instruction): 60 documents packed into" in p.stdout
@@ -101,3 +180,46 @@ def test_parquet_instruction_set_under_zero2(tmp_path, tiny_model):
     assert len(m) == 6
     assert m[-1]["loss"] < m[0]["loss"], [x["loss"] for x in m]
     assert all(0 <= x["padding_ratio"] < 1 for x in m)
+    traces = [_trace(tmp_path, r) for r in (0, 1)]
+    by_step = [_rows_by_step(t) for t in traces]
+    first = [k for r in by_step for step in (1, 2, 3) for k in r[step]]  # 15 rows: steps 1-3 are in epoch 0
+    assert len(first) == len(set(first)) == 3 * 2 * 2, "the rows are sharded: none on both ranks, or twice"
+    _check_trained(traces, "instruction", tok, rows)
+
+
+STEPS, MICRO = 3, 2
+#: (format, strategy, data.seq_len): the smallest round length that holds the longest document
+#: (chat 112 tokens, instruction 37; raw text wraps, so a short row).
+RUNS = [("jsonl-text", "zero2", 16), ("jsonl-chat", "fsdp2", 112), ("jsonl-instruction", "zero2", 40),
+        ("csv-mapped-instruction", "fsdp2", 40), ("save_to_disk-split", "fsdp2", 112)]
+
+
+@pytest.mark.parametrize(("kind", "strategy", "seq_len"), RUNS, ids=[f"{k}-{s}" for k, s, _ in RUNS])
+def test_each_format_trains_on_two_ranks(kind, strategy, seq_len, tmp_path, tiny_model, tok):
+    data, fmt = write_format(kind, tmp_path)
+    plugin = {"fsdp": FSDP2} if strategy == "fsdp2" else {"deepspeed": ZERO2}
+    settings = _settings(tiny_model, {**data, "seq_len": seq_len}, training={"max_steps": STEPS},
+                         checkpoint={"every_steps": 0}, **plugin)
+    t0 = time.perf_counter()
+    p = _run(tmp_path, settings)
+    print(f"tuner run, {kind} under {strategy}: {time.perf_counter() - t0:.1f} s")
+    assert p.returncode == 0, (p.stdout + p.stderr)[-5000:]
+    line = next((x for x in p.stdout.splitlines() if x.startswith("data: ")), p.stdout[-3000:])
+    assert line.startswith(f"data: {data['path']} ({fmt}): "), line
+    assert "dropped" not in line, "data.seq_len holds every document"
+    assert f"tuner run: {strategy} on 2 rank(s)" in p.stdout
+    assert not (tmp_path / "out" / "checkpoints").exists() and not (tmp_path / "out" / "final").exists()
+
+    traces = [_trace(tmp_path, r) for r in (0, 1)]
+    rows = [_rows_by_step(t) for t in traces]
+    assert [sorted(r) for r in rows] == [list(range(1, STEPS + 1))] * 2, "both ranks trained every step"
+    every = [k for r in rows for step in r.values() for k in step]
+    assert len(every) == len(set(every)) == STEPS * MICRO * 2, "the data is sharded: no row on both ranks, or twice"
+    assert all(b["has_position_ids"] for t in traces for b in t["batches"]), "packed rows"
+    losses = [x["loss"] for x in traces[0]["metrics"] if "loss" in x]
+    assert len(losses) == STEPS and all(math.isfinite(x) for x in losses), losses
+
+    texts = _check_trained(traces, fmt, tok, source_rows(kind))
+    if fmt == "chat":
+        assert any("<|im_start|>system" in x for x in texts), "a row with a system prompt was trained"
+        assert any(x.count("<|im_start|>assistant") > 1 for x in texts), "a multi-turn row was trained"

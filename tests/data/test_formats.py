@@ -4,76 +4,18 @@ packed rows with per-document position ids."""
 
 from __future__ import annotations
 
-import csv
 import json
 import re
-from pathlib import Path
 
 import pytest
 
-from tests.data.data_helpers import family, settings
-from tests.tiny_chat_llama import chat_rows, sentences, write_jsonl
-
-
-def _instruction_rows(n: int) -> list[dict]:
-    s = sentences(2 * n, seed=3)
-    return [{"prompt": f"Question: {s[2 * i]}\nAnswer:", "completion": " " + s[2 * i + 1]} for i in range(n)]
-
-
-def _text_rows(n: int) -> list[dict]:
-    return [{"text": t} for t in sentences(n, seed=5)]
-
-
-def _write(kind: str, d: Path) -> tuple[dict, str]:
-    """Write data of `kind` into `d`; (data settings, expected format)."""
-    from datasets import Dataset, DatasetDict
-
-    if kind == "jsonl-text":
-        write_jsonl(d / "t.jsonl", _text_rows(40))
-        return {"path": "t.jsonl"}, "text"
-    if kind == "jsonl-chat":
-        write_jsonl(d / "c.jsonl", chat_rows(24))
-        return {"path": "c.jsonl"}, "chat"
-    if kind == "jsonl-instruction":
-        write_jsonl(d / "i.jsonl", _instruction_rows(30))
-        return {"path": "i.jsonl"}, "instruction"
-    if kind == "parquet-chat":
-        Dataset.from_list(chat_rows(24)).to_parquet(str(d / "c.parquet"))
-        return {"path": "c.parquet"}, "chat"
-    if kind == "csv-mapped-instruction":  # columns named otherwise, mapped in the settings
-        with open(d / "qa.csv", "w", newline="", encoding="utf-8") as fh:
-            w = csv.writer(fh)
-            w.writerow(["question", "answer"])
-            w.writerows([[r["prompt"], r["completion"]] for r in _instruction_rows(30)])
-        return {"path": "qa.csv", "prompt_column": "question", "completion_column": "answer"}, "instruction"
-    if kind == "save_to_disk-split":
-        DatasetDict({"train": Dataset.from_list(chat_rows(4)), "sft": Dataset.from_list(chat_rows(24, seed=1))}
-                    ).save_to_disk(str(d / "saved"))
-        return {"path": "saved", "split": "sft"}, "chat"
-    if kind == "arrow-text":
-        Dataset.from_list(_text_rows(40)).save_to_disk(str(d / "arr"))
-        arrow = next((d / "arr").glob("*.arrow"))
-        arrow.rename(d / "t.arrow")
-        return {"path": "t.arrow"}, "text"
-    if kind == "txt-lines":
-        (d / "t.txt").write_text("\n".join(r["text"] for r in _text_rows(40)) + "\n", encoding="utf-8")
-        return {"path": "t.txt"}, "text"
-    if kind == "glob-shards":
-        (d / "shards").mkdir()
-        rows = chat_rows(24)
-        write_jsonl(d / "shards" / "a.jsonl", rows[:12])
-        write_jsonl(d / "shards" / "b.jsonl", rows[12:])
-        return {"files": ["shards/*.jsonl"]}, "chat"
-    raise AssertionError(kind)
-
-
-KINDS = ["jsonl-text", "jsonl-chat", "jsonl-instruction", "parquet-chat", "csv-mapped-instruction",
-         "save_to_disk-split", "arrow-text", "txt-lines", "glob-shards"]
+from tests.data.data_helpers import KINDS, family, settings, write_format
+from tests.tiny_chat_llama import chat_rows, write_jsonl
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_source_format_gives_packed_rows(kind, tmp_path, tiny_model):
-    data, fmt = _write(kind, tmp_path)
+    data, fmt = write_format(kind, tmp_path)
     fam = family(tmp_path, settings(tiny_model, **data))
     assert fam.check_data().startswith("data: ")
     train, val = fam.build_datasets()
