@@ -10,4 +10,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/system-packages.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 python scripts/build_ops.py
-python -m pytest -q --durations=25 "$@"
+# Two workers by default (the suite's CI machine has 2 cores; many tests wait on ranks,
+# terminals and launchers): whole files go to one worker, longest first (tests/conftest.py).
+# TUNER_TEST_WORKERS=0 runs everything in this one process.
+python -m pytest -q --durations=25 -n "${TUNER_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder "$@"

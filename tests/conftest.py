@@ -32,3 +32,30 @@ def run_tuner(*args: str, cwd: Path | None = None, timeout: float = 120, env: di
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=full_env, input=input)
+
+
+# --- Two workers (pytest-xdist; scripts/test.sh passes -n and --dist loadgroup) -------------
+# The tests of one file share module-scoped runs (a 2-rank launch each), and the files of the
+# folders below share session-scoped runs: each such unit goes to one worker whole. Units
+# start longest first, by the times recorded in tests/durations.json (scripts/
+# record_durations.py writes it from a full run's --junitxml), so that no long file is left
+# for the end; a unit not recorded there counts as UNRECORDED_S.
+SHARED_FOLDERS = {"tests/reliability"}  # finished_run and finished_fsdp_run (conftest.py there)
+UNRECORDED_S = 30.0
+
+
+def group_of(nodeid: str) -> str:
+    """The unit a test runs in: its folder where the folder shares runs, else its file."""
+    path = nodeid.split("::", 1)[0]
+    folder = path.rsplit("/", 1)[0]
+    return folder if folder in SHARED_FOLDERS else path
+
+
+def pytest_collection_modifyitems(config, items):
+    import json
+
+    recorded = json.loads((REPO / "tests" / "durations.json").read_text())
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group_of(item.nodeid)))
+    # Python's sort is stable: within a unit, the tests keep the order they were written in.
+    items.sort(key=lambda item: -recorded.get(group_of(item.nodeid), UNRECORDED_S))
