@@ -8,6 +8,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . scripts/bootstrap.sh
 bash scripts/system-packages.sh
+# Hundreds of tuner processes (ranks, launchers, the CLI) start during the suite: let Python keep
+# the bytecode of tuner's own modules (an editable install is not compiled by pip) in
+# __pycache__ (git-ignored) instead of compiling them again in every process.
+unset PYTHONDONTWRITEBYTECODE
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 python scripts/build_ops.py
 # Two workers by default (the suite's CI machine has 2 cores; many tests wait on ranks,
