@@ -255,7 +255,7 @@ class WizardApp(App[int]):
         canonical = canonical_key(key)
         pane = self.query_one(f"#step-{step_id}")
         if isinstance(pane, StepPane) and canonical:
-            row = pane.row(canonical)
+            row = await pane.find_row(canonical)
             if row is not None:
                 for box in row.ancestors:
                     if isinstance(box, Collapsible):
