@@ -81,7 +81,8 @@ class FieldRow(Vertical):
             if self._extra is not None:
                 yield self._extra
         yield Static(f"{self.key}: {self.info.description}", classes="field-help", markup=False)
-        yield Static("", classes="field-diags")
+        # The diagnostics line (hidden while empty) is mounted by show_diagnostics when the key
+        # first has one: most rows never do, and every widget built costs the first paint.
 
     def _make_input(self, value: Any):
         wid = f"in-{dom_id(self.key)}"
@@ -93,7 +94,10 @@ class FieldRow(Vertical):
         if self.info.prop.get("type") == "boolean":
             return Switch(value=bool(value), id=wid, classes="field-input")
         placeholder = "comma-separated" if self.info.prop.get("type") == "array" else render_value(self.info.default)
-        return FieldInput(render_value(value), placeholder=placeholder, id=wid, classes="field-input", compact=True)
+        # validate_on=(): the field has no validators (the compiler checks values), and Input's
+        # validation on each change only adds a "-valid" class no style uses, restyling the widget.
+        return FieldInput(render_value(value), placeholder=placeholder, id=wid, classes="field-input", compact=True,
+                          validate_on=())
 
     @property
     def input(self):
@@ -117,7 +121,12 @@ class FieldRow(Vertical):
         if lines == self._shown:
             return  # nothing new: skip the re-layout (this runs on every keystroke)
         self._shown = lines
-        box = self.query_one(".field-diags", Static)
+        boxes = self.query(".field-diags")
+        if boxes:
+            box = boxes.first(Static)
+        else:
+            box = Static("", classes="field-diags")
+            self.mount(box)
         box.update("\n".join(lines))
         box.display = bool(lines)
         self.set_class(any(d.severity == "error" for d in diags), "has-error")

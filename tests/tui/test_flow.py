@@ -224,3 +224,20 @@ async def test_the_advanced_part_is_built_when_it_first_opens(tmp_path, _wizard_
         assert current(app) == "precision" and app.focused is widget(app, "training.seed")
         assert not app.screen.query_one("#advanced-precision", Collapsible).collapsed
         assert not app.screen.query_one("#row-training--ema_decay").display  # only with training.ema on
+
+
+async def test_a_rows_diagnostics_line_shows_and_goes(tmp_path, _wizard_env):
+    """The line under a field (mounted when its key first has a diagnostic) shows the error
+    and hides again once the value is fixed."""
+    app = make_app(_wizard_env / "settings.toml", tmp_path=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f5")
+        await pilot.pause()
+        row = app.screen.query_one("#row-training--micro_batch_size")
+        assert not row.query(".field-diags")  # no diagnostic yet: no line built
+        await type_into(pilot, "training.micro_batch_size", "abc")
+        line = row.query_one(".field-diags")
+        assert line.display and "error: must be an integer" in str(line.render())
+        assert row.has_class("has-error") and line.has_class("error")
+        await type_into(pilot, "training.micro_batch_size", "4")
+        assert not line.display and not row.has_class("has-error")
