@@ -62,7 +62,7 @@ class StepPane(VerticalScroll):
             extra = None
             if key == "fsdp.transformer_layer_cls_to_wrap":
                 extra = Button("Detect blocks (F8)", id="open-blocks", classes="inline-button", compact=True)
-            yield FieldRow(key, self.state.value(key), extra=extra)
+            yield FieldRow(key, self.state.value(key), extra=extra, shown=self.state.visible(key))
             if key == "training.lr_scheduler":
                 yield Static("", id="lr-schedule", classes="field-note", markup=False)
         advanced = advanced_keys(self.step_id)
@@ -94,14 +94,17 @@ class StepPane(VerticalScroll):
         """Show the state: visibility, diagnostics, and (when asked) values."""
         state = self.state
         for row in self.query(FieldRow):
-            row.display = state.visible(row.key)
-            if reload_values:
+            shown = state.visible(row.key)
+            if shown and not row.built:
+                row.build(state.value(row.key))  # hidden until now: its parts are built on first showing
+            elif reload_values:
                 row.load(state.value(row.key))
+            row.display = shown
             row.show_diagnostics(state.diagnostics_for(row.key))
         for box in self.query(AdvancedPart):  # the Advanced part: only what applies now
-            shown = sum(1 for key in box.keys if state.visible(key))  # its rows, built or not yet
-            box.display = bool(shown)
-            box.title = f"Advanced ({shown} more settings)"
+            count = sum(1 for key in box.keys if state.visible(key))  # its rows, built or not yet
+            box.display = bool(count)
+            box.title = f"Advanced ({count} more settings)"
         if self.step_id == "sharding":
             select = self.query_one("#in-strategy", Select)
             if select.value != state.strategy:
@@ -148,7 +151,8 @@ class AdvancedPart(Collapsible):
         if self.built:
             return
         self.built = True
-        await self.query_one(Collapsible.Contents).mount_all(FieldRow(key, self.state.value(key)) for key in self.keys)
+        await self.query_one(Collapsible.Contents).mount_all(
+            FieldRow(key, self.state.value(key), shown=self.state.visible(key)) for key in self.keys)
         steady_cursors(self.screen)
         pane = next((node for node in self.ancestors if isinstance(node, StepPane)), None)
         if pane is not None:

@@ -241,3 +241,20 @@ async def test_a_rows_diagnostics_line_shows_and_goes(tmp_path, _wizard_env):
         assert row.has_class("has-error") and line.has_class("error")
         await type_into(pilot, "training.micro_batch_size", "4")
         assert not line.display and not row.has_class("has-error")
+
+
+async def test_a_field_hidden_at_start_is_built_when_it_shows(tmp_path, _wizard_env):
+    """Rows the step hides (LoRA's, under a full fine-tune) get their parts when they first
+    show: the value, Tab order and edits are those of any other row."""
+    app = make_app(_wizard_env / "settings.toml", tmp_path=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        row = app.screen.query_one("#row-model--lora_rank")
+        assert not row.display and not row.built and not row.children
+        await choose(pilot, "model.type", "lora")
+        assert row.display and row.built
+        assert widget(app, "model.lora_rank").value == str(app.state.value("model.lora_rank"))
+        await pilot.press("tab")
+        await pilot.pause()
+        assert app.focused is widget(app, "model.lora_rank")
+        await type_into(pilot, "model.lora_rank", "32")
+        assert app.state.value("model.lora_rank") == 32
