@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import events
 from textual.actions import SkipAction
@@ -39,10 +39,12 @@ from .keyqueue import KeyQueue, TypedKey
 from .layout import STEP_IDS, STEPS, canonical_key, step_of
 from .leaving import Leaving
 from .model import WizardState
-from .review import ReviewPane
 from .services import Services
 from .steps import ActionBar, KeyFooter, StepList, StepPane
 from .too_small import TooSmall
+
+if TYPE_CHECKING:
+    from .review import ReviewPane
 
 
 class WizardApp(App[int]):
@@ -123,6 +125,8 @@ class WizardApp(App[int]):
 
     def _make_pane(self, step_id: str):
         if step_id == "review":
+            from .review import ReviewPane  # on first visit: Review's widgets are not needed before
+
             return ReviewPane(self.state, self.services.estimate)
         return StepPane(step_id, self.state)
 
@@ -218,6 +222,8 @@ class WizardApp(App[int]):
         for pane in self.query(StepPane):
             pane.sync(reload_values)
         if STEP_IDS[self.state.step] == "review":
+            from .review import ReviewPane
+
             for review in self.query(ReviewPane):
                 review.sync()
         self.refresh_chrome()
@@ -256,7 +262,7 @@ class WizardApp(App[int]):
         canonical = canonical_key(key)
         pane = self.query_one(f"#step-{step_id}")
         if isinstance(pane, StepPane) and canonical:
-            row = pane.row(canonical)
+            row = await pane.find_row(canonical)
             if row is not None:
                 for box in row.ancestors:
                     if isinstance(box, Collapsible):
@@ -275,6 +281,8 @@ class WizardApp(App[int]):
             await switcher.mount(self._make_pane(step_id))
             steady_cursors(self.screen)
         elif step_id == "review":
+            from .review import ReviewPane
+
             self.query_one(ReviewPane).sync()
         switcher.current = f"step-{step_id}"
         self.refresh_chrome()

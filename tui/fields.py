@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Input, Label, Select, Static, Switch
 
 from ..compiler.diagnostics import Diagnostic
@@ -62,26 +63,43 @@ class FieldRow(Vertical):
             self.key = key
             self.value = value
 
-    def __init__(self, key: str, value: Any, *, extra: Any = None) -> None:
+    def __init__(self, key: str, value: Any, *, extra: Any = None, shown: bool = True) -> None:
         super().__init__(id=f"row-{dom_id(key)}", classes="field-row")
         self.key = key
         self.info = key_info(key)
         self._initial = value
         self._extra = extra
         self._shown: tuple[str, ...] = ()
+        self.built = shown
+        """False while a row hidden when its step was built has no parts yet: they are built
+        the first time it shows (`build`), so the fields a step hides cost nothing before then."""
+        if not shown:
+            self.display = False
 
     def compose(self) -> ComposeResult:
-        with Horizontal(classes="field-line"):
-            yield Label(label(self.key), classes="field-label")
-            yield self._make_input(self._initial)
-            if self.info.prop.get("type") == "boolean":
-                # The state in words too: a knob's position or colour is lost in a plain
-                # capture and under NO_COLOR.
-                yield Static(_on_off(bool(self._initial)), classes="switch-state", markup=False)
-            if self._extra is not None:
-                yield self._extra
-        yield Static(f"{self.key}: {self.info.description}", classes="field-help", markup=False)
-        yield Static("", classes="field-diags")
+        if self.built:
+            yield from self._parts()
+
+    def _parts(self) -> list[Widget]:
+        line = [Label(label(self.key), classes="field-label"), self._make_input(self._initial)]
+        if self.info.prop.get("type") == "boolean":
+            # The state in words too: a knob's position or colour is lost in a plain
+            # capture and under NO_COLOR.
+            line.append(Static(_on_off(bool(self._initial)), classes="switch-state", markup=False))
+        if self._extra is not None:
+            line.append(self._extra)
+        # The diagnostics line (hidden while empty) is mounted by show_diagnostics when the key
+        # first has one: most rows never do, and every widget built costs the first paint.
+        return [Horizontal(*line, classes="field-line"),
+                Static(f"{self.key}: {self.info.description}", classes="field-help", markup=False)]
+
+    def build(self, value: Any) -> None:
+        """Build the parts of a row created hidden (`shown=False`), showing `value`."""
+        if self.built:
+            return
+        self.built = True
+        self._initial = value
+        self.mount_all(self._parts())
 
     def _make_input(self, value: Any):
         wid = f"in-{dom_id(self.key)}"
@@ -93,7 +111,13 @@ class FieldRow(Vertical):
         if self.info.prop.get("type") == "boolean":
             return Switch(value=bool(value), id=wid, classes="field-input")
         placeholder = "comma-separated" if self.info.prop.get("type") == "array" else render_value(self.info.default)
-        return FieldInput(render_value(value), placeholder=placeholder, id=wid, classes="field-input", compact=True)
+        # validate_on=(): the field has no validators (the compiler checks values), and Input's
+        # validation on each change only adds a "-valid" class no style uses, restyling the widget.
+        field = FieldInput(render_value(value), placeholder=placeholder, id=wid, classes="field-input", compact=True,
+                           validate_on=())
+        if getattr(self.app, "cursor_blink", True) is False:  # steady_cursors, for a row built later
+            field.cursor_blink = False
+        return field
 
     @property
     def input(self):
@@ -101,6 +125,9 @@ class FieldRow(Vertical):
 
     def load(self, value: Any) -> None:
         """Show `value` without sending Changed (it came from the document, not the person)."""
+        if not self.built:
+            self._initial = value  # what it shows once built
+            return
         widget = self.input
         with self.prevent(Input.Changed, Select.Changed, Switch.Changed):
             if isinstance(widget, Select):
@@ -113,11 +140,18 @@ class FieldRow(Vertical):
                 widget.value = render_value(value)
 
     def show_diagnostics(self, diags: list[Diagnostic]) -> None:
+        if not self.built:
+            return  # hidden and without parts: shown when it is built (the sync that builds it calls this)
         lines = tuple(f"{d.severity}: {d.message}" + (f" — {d.fix}" if d.fix else "") for d in diags)
         if lines == self._shown:
             return  # nothing new: skip the re-layout (this runs on every keystroke)
         self._shown = lines
-        box = self.query_one(".field-diags", Static)
+        boxes = self.query(".field-diags")
+        if boxes:
+            box = boxes.first(Static)
+        else:
+            box = Static("", classes="field-diags")
+            self.mount(box)
         box.update("\n".join(lines))
         box.display = bool(lines)
         self.set_class(any(d.severity == "error" for d in diags), "has-error")

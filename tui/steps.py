@@ -13,7 +13,7 @@ from textual.widgets import Button, Collapsible, Footer, Label, Select, Static
 
 from ..compiler.keys import paths as K
 from .facts import describe_hardware
-from .fields import FieldRow, dom_id
+from .fields import FieldRow, dom_id, steady_cursors
 from .layout import STEP_IDS, STEPS, STRATEGIES, advanced_keys
 from .model import WizardState
 
@@ -63,16 +63,13 @@ class StepPane(VerticalScroll):
             extra = None
             if key == K.FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP:
                 extra = Button("Detect blocks (F8)", id="open-blocks", classes="inline-button", compact=True)
-            yield FieldRow(key, self.state.value(key), extra=extra)
+            yield FieldRow(key, self.state.value(key), extra=extra, shown=self.state.visible(key))
             if key == K.TRAINING_LR_SCHEDULER:
                 yield Static("", id="lr-schedule", classes="field-note", markup=False)
         advanced = advanced_keys(self.step_id)
         if advanced:
             # Every other schema key of this step's sections (derived from the schema).
-            with Collapsible(title=f"Advanced ({len(advanced)} more settings)", collapsed=True,
-                             id=f"advanced-{self.step_id}"):
-                for key in advanced:
-                    yield FieldRow(key, self.state.value(key))
+            yield AdvancedPart(self.step_id, advanced, self.state)
 
     def on_mount(self) -> None:
         self.sync()
@@ -87,18 +84,28 @@ class StepPane(VerticalScroll):
         hits = self.query(f"#row-{dom_id(key)}")
         return hits.first() if hits else None  # type: ignore[return-value]
 
+    async def find_row(self, key: str) -> FieldRow | None:
+        """The row of `key`, building the Advanced part first when `key` is one of its fields."""
+        for box in self.query(AdvancedPart):
+            if key in box.keys:
+                await box.build()
+        return self.row(key)
+
     def sync(self, reload_values: bool = False) -> None:
         """Show the state: visibility, diagnostics, and (when asked) values."""
         state = self.state
         for row in self.query(FieldRow):
-            row.display = state.visible(row.key)
-            if reload_values:
+            shown = state.visible(row.key)
+            if shown and not row.built:
+                row.build(state.value(row.key))  # hidden until now: its parts are built on first showing
+            elif reload_values:
                 row.load(state.value(row.key))
+            row.display = shown
             row.show_diagnostics(state.diagnostics_for(row.key))
-        for box in self.query(Collapsible):  # the Advanced part: only what applies now
-            shown = sum(1 for row in box.query(FieldRow) if row.display)
-            box.display = bool(shown)
-            box.title = f"Advanced ({shown} more settings)"
+        for box in self.query(AdvancedPart):  # the Advanced part: only what applies now
+            count = sum(1 for key in box.keys if state.visible(key))  # its rows, built or not yet
+            box.display = bool(count)
+            box.title = f"Advanced ({count} more settings)"
         if self.step_id == "sharding":
             select = self.query_one("#in-strategy", Select)
             if select.value != state.strategy:
@@ -127,6 +134,41 @@ class StepPane(VerticalScroll):
         self.query_one("#hw-facts", Static).update("Detected: " + "\n".join(lines))
         self.query_one("#hw-apply").display = self.state.hardware is not None and not isinstance(
             self.state.hardware, Exception)
+
+
+class AdvancedPart(Collapsible):
+    """A step's "Advanced" part, closed at start. Its rows are built the first time it opens:
+    while closed it shows only its title, and building its rows (more than half of the first
+    step's widgets) made the first paint slower for fields nobody sees there."""
+
+    def __init__(self, step_id: str, keys: tuple[str, ...], state: WizardState) -> None:
+        super().__init__(title=f"Advanced ({len(keys)} more settings)", collapsed=True, id=f"advanced-{step_id}")
+        self.keys = keys
+        self.state = state
+        self.built = False
+
+    async def build(self) -> None:
+        """Mount the rows (once), showing the state as it is now."""
+        if self.built:
+            return
+        self.built = True
+        await self.query_one(Collapsible.Contents).mount_all(
+            FieldRow(key, self.state.value(key), shown=self.state.visible(key)) for key in self.keys)
+        steady_cursors(self.screen)
+        pane = next((node for node in self.ancestors if isinstance(node, StepPane)), None)
+        if pane is not None:
+            pane.sync()
+
+    # Textual calls this, then Collapsible's own handler of the message (which opens the part), and
+    # awaits each: the rows are there in the frame that shows the part open. Async where
+    # Collapsible's is not, hence the ignore.
+    async def _on_collapsible_title_toggle(self, event: Message) -> None:  # type: ignore[override]
+        if self.collapsed:
+            await self.build()
+
+    async def _on_collapsible_expanded(self, event: Collapsible.Expanded) -> None:
+        if event.collapsible is self:  # opened by code (`collapsed = False`), not by its title
+            await self.build()
 
 
 class StepList(Static):

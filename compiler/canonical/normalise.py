@@ -34,6 +34,7 @@ from ..keys.schema import SchemaIndex, index, index_of
 from ..keys.settings import Settings
 from ..read import files
 from . import value_checks
+from .conforms import conforms
 from .spellings import FAMILY_ALIASES
 
 # --- forgiving spellings: each key's own are declared with it (compiler/canonical/spellings.py) ---
@@ -310,11 +311,13 @@ _TYPE_WORDS = {"integer": "an integer", "number": "a number", "boolean": "true o
 
 
 def _validate(settings: dict[str, Any], result: _Result, diags: Diagnostics, idx: SchemaIndex) -> None:
-    from jsonschema import Draft202012Validator
-
     value_checks.check_values(settings, result, diags, idx)
     value_checks.check_numbers(settings, result, diags, idx)
     value_checks.check_patterns(settings, result, diags, idx)
+    if conforms(settings, idx.schema):
+        return  # jsonschema would find nothing (conforms.py); its import is skipped, not its verdict
+    from jsonschema import Draft202012Validator
+
     validator = Draft202012Validator(idx.schema)
     seen: set[str] = set()
     for err in sorted(validator.iter_errors(settings), key=lambda e: [str(p) for p in e.absolute_path]):

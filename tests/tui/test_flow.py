@@ -193,3 +193,68 @@ async def test_review_lists_diagnostics_and_jumps_to_the_field(tmp_path, _wizard
         await pilot.pause()
     assert not (_wizard_env / "settings.toml").exists()
     assert not compile_file(_wizard_env / "settings.draft.toml").ok
+
+
+async def test_the_advanced_part_is_built_when_it_first_opens(tmp_path, _wizard_env):
+    """A step's Advanced part builds its rows when it first opens (not before the first paint):
+    opened with Enter they show the file's values, and only the rows that apply; a jump from
+    Review to one of its keys opens it and focuses the field."""
+    from textual.widgets import Collapsible
+
+    text = "[data]\nnum_workers = 3\n[training]\nseed = -1\n"
+    app = make_app(_wizard_env / "settings.toml", text=text, tmp_path=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        box = app.screen.query_one("#advanced-model", Collapsible)
+        assert box.collapsed and not app.screen.query("#row-data--num_workers")
+        assert box.title == f"Advanced ({sum(app.state.visible(k) for k in box.keys)} more settings)"
+        box.query_one("CollapsibleTitle").focus()
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not box.collapsed and widget(app, "data.num_workers").value == "3"
+        await pilot.press("f6")
+        await pilot.pause()
+        options = app.screen.query_one("#diagnostics")
+        seed = next(i for i in range(options.option_count) if "[training.seed]" in str(options.get_option_at_index(i).prompt))
+        options.focus()
+        options.highlighted = seed
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert current(app) == "precision" and app.focused is widget(app, "training.seed")
+        assert not app.screen.query_one("#advanced-precision", Collapsible).collapsed
+        assert not app.screen.query_one("#row-training--ema_decay").display  # only with training.ema on
+
+
+async def test_a_rows_diagnostics_line_shows_and_goes(tmp_path, _wizard_env):
+    """The line under a field (mounted when its key first has a diagnostic) shows the error
+    and hides again once the value is fixed."""
+    app = make_app(_wizard_env / "settings.toml", tmp_path=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("f5")
+        await pilot.pause()
+        row = app.screen.query_one("#row-training--micro_batch_size")
+        assert not row.query(".field-diags")  # no diagnostic yet: no line built
+        await type_into(pilot, "training.micro_batch_size", "abc")
+        line = row.query_one(".field-diags")
+        assert line.display and "error: must be an integer" in str(line.render())
+        assert row.has_class("has-error") and line.has_class("error")
+        await type_into(pilot, "training.micro_batch_size", "4")
+        assert not line.display and not row.has_class("has-error")
+
+
+async def test_a_field_hidden_at_start_is_built_when_it_shows(tmp_path, _wizard_env):
+    """Rows the step hides (LoRA's, under a full fine-tune) get their parts when they first
+    show: the value, Tab order and edits are those of any other row."""
+    app = make_app(_wizard_env / "settings.toml", tmp_path=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        row = app.screen.query_one("#row-model--lora_rank")
+        assert not row.display and not row.built and not row.children
+        await choose(pilot, "model.type", "lora")
+        assert row.display and row.built
+        assert widget(app, "model.lora_rank").value == str(app.state.value("model.lora_rank"))
+        await pilot.press("tab")
+        await pilot.pause()
+        assert app.focused is widget(app, "model.lora_rank")
+        await type_into(pilot, "model.lora_rank", "32")
+        assert app.state.value("model.lora_rank") == 32

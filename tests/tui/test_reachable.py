@@ -15,7 +15,7 @@ from tuner.compiler.keys.schema import index
 from tuner.tui.fields import FieldRow
 from tuner.tui.layout import MERGED, STEPS, STRATEGY_KEYS
 from tuner.tui.model import WizardState
-from tuner.tui.steps import StepPane
+from tuner.tui.steps import AdvancedPart, StepPane
 
 from .conftest import make_app
 from .test_defects import LLAMA2_7B
@@ -28,6 +28,9 @@ async def test_every_schema_key_has_a_field_on_some_step(tmp_path, _wizard_env):
     async with app.run_test(size=(120, 40)) as pilot:
         for i, step in enumerate(STEPS[:-1]):
             await pilot.press(f"f{i + 1}")
+        await pilot.pause()
+        for box in app.query(AdvancedPart):  # its rows are built when it first opens
+            box.collapsed = False
         await pilot.pause()
         rows: dict[str, list[str]] = {}
         for pane in app.query(StepPane):
