@@ -51,6 +51,9 @@ def group_of(nodeid: str) -> str:
     return folder if folder in SHARED_FOLDERS else path
 
 
+# tryfirst: xdist's worker reads the xdist_group marks in its own pytest_collection_modifyitems,
+# which would otherwise run before this one (it is registered later) and see none.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     import json
 
