@@ -336,7 +336,9 @@ class WizardState:
     def save(self) -> Path:
         """Write settings.toml; refused while there are errors (save a draft instead)."""
         if self.errors:
-            raise SaveRefused(f"{len(self.errors)} error(s): fix them or save a draft (ctrl+r)")
+            first = self.errors[0]  # named, with its fix, as the row shows it: which key, and what to do
+            raise SaveRefused(f"{len(self.errors)} error(s), the first [{first.key}] {first.message}"
+                              + (f" — {first.fix.rstrip('.')}" if first.fix else "") + "; fix them or save a draft (ctrl+r)")
         self.document.save(self.path)
         self.saved_text = self.document.text()
         self.existed = True

@@ -116,6 +116,16 @@ def test_save_refused_with_errors_and_a_draft_never_replaces_the_settings(tmp_pa
     assert state.dirty  # the edits are still unsaved
 
 
+def test_save_refused_names_the_first_error_and_its_fix(tmp_path):
+    text = '[model]\npath = "builtin:tiny-llama"\n[training]\nseed = -1\n'
+    (tmp_path / "settings.toml").write_text(text)
+    state = WizardState.open(tmp_path / "settings.toml")
+    with pytest.raises(SaveRefused, match=r"^1 error\(s\), the first \[training.seed\] -1 is out of range "
+                       r"\(minimum 0\) — Random seed \(data order, init, dropout\); fix them or save a draft"):
+        state.save()
+    assert (tmp_path / "settings.toml").read_text() == text
+
+
 def test_revalidation_is_fast(tmp_path):
     state = WizardState(tmp_path / "settings.toml")
     times = []
