@@ -46,7 +46,7 @@ class DeepSpeedBuilder(ModalScreen[bool]):
             with Horizontal(id="builder-body"):
                 with VerticalScroll(id="builder-form"):
                     for key in BUILDER_KEYS:
-                        yield FieldRow(key, self.state.value(key))
+                        yield FieldRow(key, self.state.shown(key))
                     yield Label("Templates", classes="field-label")
                     with Horizontal(classes="field-line"):
                         yield Input(placeholder="template name", id="template-name", classes="field-input", compact=True)
@@ -77,7 +77,7 @@ class DeepSpeedBuilder(ModalScreen[bool]):
         for row in self.query(FieldRow):
             row.display = row.key != K.DEEPSPEED_NVME_PATH or self.state.visible(row.key)
             if reload_values:
-                row.load(self.state.value(row.key))
+                row.load(self.state.shown(row.key))
             row.show_diagnostics(self.state.diagnostics_for(row.key))
         errors = [d for d in self.state.errors]
         box = self.query_one("#builder-diags", Static)

@@ -64,6 +64,15 @@ class SettingsDocument:
     def is_written(self, key: str) -> bool:
         return self.locate(key) is not None
 
+    def written_value(self, key: str) -> Any:
+        """The value of `key` exactly as the file holds it (plain Python), or None where it is not written."""
+        hit = self.locate(key)
+        if hit is None:
+            return None
+        container, name = hit
+        item = container[name]
+        return item.unwrap() if hasattr(item, "unwrap") else item
+
     def written_name(self, key: str) -> str | None:
         """The key as the file spells it (``fsdp_version`` or ``fsdp.version``)."""
         hit = self.locate(key)

@@ -110,6 +110,18 @@ class WizardState:
     def value(self, key: str) -> Any:
         return self.values[key]
 
+    def shown(self, key: str) -> Any:
+        """What `key`'s field shows: the compile's value, except where that is not what the file
+        holds. A value the compile rejected falls back to the default (`Normalised.invalid`), and a
+        `deepspeed.config` that names a file reads as its JSON; there the field shows the file's own
+        value, so it never shows, or writes back, a value the person did not write."""
+        n = self.result.normalised
+        if n is not None and (key in n.invalid or key == "deepspeed.config") and self.document.is_written(key):
+            written = self.document.written_value(key)
+            if key in n.invalid or isinstance(written, str):
+                return written
+        return self.values[key]
+
     def set(self, key: str, value: Any) -> bool:
         """Set canonical `key`; returns False (and writes nothing) when nothing changes."""
         current = self.values.get(key)
@@ -337,7 +349,9 @@ class WizardState:
     def save(self) -> Path:
         """Write settings.toml; refused while there are errors (save a draft instead)."""
         if self.errors:
-            raise SaveRefused(f"{len(self.errors)} error(s): fix them or save a draft (ctrl+r)")
+            first = self.errors[0]  # named, with its fix, as the row shows it: which key, and what to do
+            raise SaveRefused(f"{len(self.errors)} error(s), the first [{first.key}] {first.message}"
+                              + (f" — {first.fix.rstrip('.')}" if first.fix else "") + "; fix them or save a draft (ctrl+r)")
         self.document.save(self.path)
         self.saved_text = self.document.text()
         self.existed = True

@@ -63,7 +63,7 @@ class StepPane(VerticalScroll):
             extra = None
             if key == K.FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP:
                 extra = Button("Detect blocks (F8)", id="open-blocks", classes="inline-button", compact=True)
-            yield FieldRow(key, self.state.value(key), extra=extra, shown=self.state.visible(key))
+            yield FieldRow(key, self.state.shown(key), extra=extra, shown=self.state.visible(key))
             if key == K.TRAINING_LR_SCHEDULER:
                 yield Static("", id="lr-schedule", classes="field-note", markup=False)
         advanced = advanced_keys(self.step_id)
@@ -97,9 +97,9 @@ class StepPane(VerticalScroll):
         for row in self.query(FieldRow):
             shown = state.visible(row.key)
             if shown and not row.built:
-                row.build(state.value(row.key))  # hidden until now: its parts are built on first showing
+                row.build(state.shown(row.key))  # hidden until now: its parts are built on first showing
             elif reload_values:
-                row.load(state.value(row.key))
+                row.load(state.shown(row.key))
             row.display = shown
             row.show_diagnostics(state.diagnostics_for(row.key))
         for box in self.query(AdvancedPart):  # the Advanced part: only what applies now
@@ -153,7 +153,7 @@ class AdvancedPart(Collapsible):
             return
         self.built = True
         await self.query_one(Collapsible.Contents).mount_all(
-            FieldRow(key, self.state.value(key), shown=self.state.visible(key)) for key in self.keys)
+            FieldRow(key, self.state.shown(key), shown=self.state.visible(key)) for key in self.keys)
         steady_cursors(self.screen)
         pane = next((node for node in self.ancestors if isinstance(node, StepPane)), None)
         if pane is not None:

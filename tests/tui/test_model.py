@@ -116,6 +116,30 @@ def test_save_refused_with_errors_and_a_draft_never_replaces_the_settings(tmp_pa
     assert state.dirty  # the edits are still unsaved
 
 
+def test_a_field_shows_the_files_value_where_the_compile_did_not_keep_it(tmp_path):
+    """A rejected value reads as the default for the rules (`value`), but its field shows what
+    the file holds (`shown`); so does a DeepSpeed config named by path. Anything else: the value."""
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2}}')
+    state = WizardState(tmp_path / "settings.toml", 'seed = -1\nmixed_precision = "FP7"\nbatch_size = "4"\n'
+                        'deepspeed_config = "ds.json"\n')
+    assert state.value("training.seed") == 42 and state.shown("training.seed") == -1
+    assert state.value("training.mixed_precision") == "no" and state.shown("training.mixed_precision") == "FP7"
+    assert state.shown("training.micro_batch_size") == 4  # accepted ("4" normalised): the compile's value
+    assert state.value("deepspeed.config") == {"zero_optimization": {"stage": 2}}
+    assert state.shown("deepspeed.config") == "ds.json"
+    assert state.shown("training.learning_rate") == state.value("training.learning_rate")  # not written
+
+
+def test_save_refused_names_the_first_error_and_its_fix(tmp_path):
+    text = '[model]\npath = "builtin:tiny-llama"\n[training]\nseed = -1\n'
+    (tmp_path / "settings.toml").write_text(text)
+    state = WizardState.open(tmp_path / "settings.toml")
+    with pytest.raises(SaveRefused, match=r"^1 error\(s\), the first \[training.seed\] -1 is out of range "
+                       r"\(minimum 0\) — Random seed \(data order, init, dropout\); fix them or save a draft"):
+        state.save()
+    assert (tmp_path / "settings.toml").read_text() == text
+
+
 def test_revalidation_is_fast(tmp_path):
     state = WizardState(tmp_path / "settings.toml")
     times = []

@@ -11,13 +11,17 @@ read with capture-pane and the saved file is read back. One test (or more) per i
    field has focus; the F7 builder opens with a field focused;
 5. the quick start lists the fitting strategies with their per-GPU figures; Down picks one;
 6. a huge integer is "too large", an emoji shows as itself, a multi-line paste says that only
-   its first line was kept.
+   its first line was kept;
+7. a value the compiler rejects (`seed = -1`, `mixed_precision = "fp7"`) shows as the file holds
+   it, ctrl+s refuses naming the error, and the file is left byte for byte as it was
+   (tests/tui/test_rejected_values.py has one Pilot case per widget kind).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import runpy
 import signal
 import subprocess
@@ -334,3 +338,22 @@ def test_messages_huge_integer_emoji_and_multi_line_paste(tmux, _wizard_env):
     _quit_saved(tmux)
     settings = tomllib.loads((_wizard_env / "settings.toml").read_text())
     assert settings["output"]["dir"] == "first-line" and settings["training"]["max_steps"] == 9
+
+
+# -- 7 --------------------------------------------------------------------------------------
+
+def test_a_rejected_value_shows_as_written_and_is_never_written_back(tmux, _wizard_env):
+    path = _wizard_env / "settings.toml"
+    text = '[model]\npath = "builtin:tiny-llama"\n[training]\nseed = -1\nmixed_precision = "fp7"\n'
+    path.write_text(text)
+    _launch(tmux, _wizard_env)
+    tmux.keys("F5")
+    tmux.wait_for('(invalid: "fp7")')  # the dropdown cannot show "fp7": blank, naming it
+    tmux.focus("training.seed")  # Tab, opening the Advanced part on the way
+    screen = tmux.wait_for("-1 is out of range (minimum 0)")
+    assert re.search(r"Training seed\s+-1\b", screen), screen
+    tmux.keys("C-s")
+    tmux.wait_for("Not saved: 2 error(s)")
+    tmux.keys("C-q")  # nothing was edited: it quits at once
+    tmux.wait_for("WIZARD-EXIT=0")
+    assert path.read_bytes() == text.encode()
