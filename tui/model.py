@@ -116,7 +116,7 @@ class WizardState:
         `deepspeed.config` that names a file reads as its JSON; there the field shows the file's own
         value, so it never shows, or writes back, a value the person did not write."""
         n = self.result.normalised
-        if n is not None and (key in n.invalid or key == "deepspeed.config") and self.document.is_written(key):
+        if n is not None and (key in n.invalid or key == K.DEEPSPEED_CONFIG) and self.document.is_written(key):
             written = self.document.written_value(key)
             if key in n.invalid or isinstance(written, str):
                 return written
