@@ -59,12 +59,14 @@ _DS_COMM_READY = False
 
 def init_deepspeed_comm() -> None:
     """DeepSpeedConfig asks `mpu` for the data-parallel size only once deepspeed.comm is up
-    (otherwise it assumes 1). Start a real one-process gloo group, once per process."""
+    (otherwise it assumes 1). Start a real one-process gloo group, once per process, and again
+    if the process destroyed it since (DeepSpeedConfig would then quietly assume 1 rank)."""
     global _DS_COMM_READY
-    if _DS_COMM_READY:
+    import torch.distributed as dist
+
+    if _DS_COMM_READY and dist.is_initialized():
         return
     import deepspeed
-    import torch.distributed as dist
 
     if not dist.is_initialized():
         with socket.socket() as s:

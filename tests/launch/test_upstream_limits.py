@@ -17,6 +17,7 @@ import inspect
 import pytest
 
 from bench.accelerate_scripts import UPSTREAM_LIMITS
+from tests.one_rank_group import one_rank_group
 
 torch = pytest.importorskip("torch")
 
@@ -28,19 +29,15 @@ def _regression_model():
 
 
 def test_fsdp2_refuses_the_scripts_model_without_tuner(tmp_path):
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
+    with one_rank_group(tmp_path):
         mesh = init_device_mesh("cpu", (1,))
         message = UPSTREAM_LIMITS[("test_script", "fsdp2")][0]
         assert message == UPSTREAM_LIMITS[("test_sync", "fsdp2")][0]
         with pytest.raises(ValueError, match=message):
             fully_shard(_regression_model(), mesh=mesh)
-    finally:
-        dist.destroy_process_group()
 
 
 def test_deepspeed_broadcast_cannot_view_the_scripts_scalar_parameters():

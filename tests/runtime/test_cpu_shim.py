@@ -8,10 +8,9 @@ own shared state); nothing of accelerate is mocked.
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 
+from tests.one_rank_group import one_rank_group
 from tuner.runtime import cpu_shim
 from tuner.runtime.artefacts import RunError
 
@@ -64,23 +63,6 @@ def cpu_accelerator(tmp_path, monkeypatch):
             yield Accelerator(cpu=True)
         finally:
             AcceleratorState._reset_state(reset_partial_state=True)
-
-
-@contextlib.contextmanager
-def one_rank_group(tmp_path):
-    """A one-rank gloo group for the test; an earlier test's one-rank group in this process
-    (the compiler tests start one for DeepSpeedConfig, once per process) serves as well."""
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        assert dist.get_world_size() == 1
-        yield
-        return
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def test_the_correction_takes_effect_and_is_verified(cpu_accelerator):
