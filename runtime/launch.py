@@ -154,10 +154,6 @@ def rank_threads(nproc: int) -> dict[str, str]:
 
 
 def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import elastic_launch
-
     from .cpu_shim import accelerate_version, check_accelerate_version
 
     # The ranks' CPU layer writes accelerate's private state: refuse an untested accelerate
@@ -166,8 +162,31 @@ def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
         print(f"{entry.command}: warning: accelerate {accelerate_version()} is not a tested version "
               f"(TUNER_ALLOW_UNTESTED is set)", file=sys.stderr)
     nproc = max(1, int(arts.plan.processes_per_machine))
-    if topo.num_machines == 1:  # one machine: any free port will do (another run may hold the compiled one)
-        topo.main_port = free_port(topo.main_port)
+    # One machine: any free port will do (another run may hold the compiled one). Two runs
+    # started at the same moment can both find the same port free and race for it; the loser
+    # learns it before any rank starts and tries again on a port the system picks.
+    tries = 3 if topo.num_machines == 1 else 1
+    for attempt in range(tries):
+        if topo.num_machines == 1:
+            topo.main_port = free_port(topo.main_port if attempt == 0 else 0)
+        try:
+            return _launch_cpu_once(arts, entry, topo, nproc)
+        except _PortRaced:
+            if attempt + 1 == tries:
+                print(port_taken_message(entry.command, topo.main_port), file=sys.stderr)
+                return EXIT_RANK_FAILED
+    return EXIT_RANK_FAILED  # pragma: no cover - the loop always returns
+
+
+class _PortRaced(Exception):
+    """The rendezvous port was free when looked at and taken when bound."""
+
+
+def _launch_cpu_once(arts: Artefacts, entry: Entry, topo: Topology, nproc: int) -> int:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+
     env = accelerate_env(arts, topo)
     env.update(rank_threads(nproc))
     os.environ.update(env)
@@ -189,6 +208,8 @@ def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
         from torch.distributed.elastic.rendezvous.api import RendezvousError
 
         if isinstance(exc, RendezvousError) and "EADDRINUSE" in _causes(exc):  # taken since the check
+            if topo.num_machines == 1:
+                raise _PortRaced from exc
             print(port_taken_message(entry.command, topo.main_port), file=sys.stderr)
             return EXIT_RANK_FAILED
         if isinstance(exc, RendezvousError):

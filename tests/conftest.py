@@ -24,12 +24,6 @@ def _isolated_user_dirs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("TUNER_CONFIG_DIR", str(home / "config"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-    # Two pytest workers may start single-machine launches at the same moment; both would try
-    # the default rendezvous port 29500 first (tuner falls back to a free port only when the
-    # preferred one is taken at the time it looks). Each worker prefers its own port.
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    if worker != "gw0" and worker[2:].isdigit():
-        monkeypatch.setenv("TUNER_MAIN_PORT", str(29500 + 100 * int(worker[2:])))
 
 
 def run_tuner(*args: str, cwd: Path | None = None, timeout: float = 120, env: dict | None = None,

@@ -155,3 +155,41 @@ def test_the_stop_grace_reaches_torchs_launcher(arts, monkeypatch):
         assert config.shutdown_timeout == STOP_GRACE_S != 30
         assert config.rdzv_configs["is_host"] is (rank == 0)
         assert (config.min_nodes, config.max_nodes, config.nproc_per_node) == (2, 2, 2)
+
+
+RACED = """
+import socket, sys
+import tuner.runtime.launch as launch
+
+# Another program takes the port between tuner's look and its bind: the look below says the
+# port is free, and a real listener already holds it when the rendezvous binds.
+held = socket.socket()
+held.bind(("127.0.0.1", 0))
+held.listen(1)
+real, looks = launch.free_port, []
+
+def look(preferred):
+    looks.append(preferred)
+    return held.getsockname()[1] if len(looks) == 1 else real(preferred)
+
+launch.free_port = look
+from tuner.commands.cli import main
+rc = main(["launch", sys.argv[1], sys.argv[2]])
+print("looks", looks, "held", held.getsockname()[1])
+sys.exit(rc)
+"""
+
+
+def test_one_machine_launch_that_loses_its_port_to_a_race_tries_another(tmp_path):
+    """Two runs started at the same moment on one machine can both find the same port free;
+    the one that loses the bind starts its ranks on a port the system picks instead."""
+    r = compile_text('[hardware]\nplatform = "cpu"\nnum_processes = 1\n', out_dir=tmp_path / "b")
+    build = r.write()
+    script = tmp_path / "t.py"
+    script.write_text("import os, pathlib\npathlib.Path('ran').write_text(os.environ['MASTER_PORT'])\n")
+    p = subprocess.run([sys.executable, "-c", RACED, str(build), str(script)], capture_output=True, text=True,
+                       timeout=180, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    held = int(p.stdout.split("held")[-1])
+    assert "looks [29500, 0]" in p.stdout, p.stdout
+    assert int((tmp_path / "ran").read_text()) not in (0, held)
