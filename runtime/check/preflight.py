@@ -69,22 +69,25 @@ def _host_available() -> tuple[int, str]:
 
 
 def _writable(d: Path) -> str:
-    """'' when a file can be created in `d`, else why not. Folders it had to create for the
-    test are removed again: a check leaves nothing behind."""
-    created = [p for p in [d, *d.parents] if not p.exists()]
+    """'' when a file can be created in `d` (or `d` itself, when it does not exist yet), else why
+    not. The probe is a uniquely named entry, removed again: a check leaves nothing behind, and
+    machines that share the folder (a network file system, or several on one host) never touch
+    each other's probes. (Creating `d` and removing it again would pull it away from under
+    another machine's probe.)"""
+    existing = next((p for p in [d, *d.parents] if p.exists()), None)
+    if existing is None:  # pragma: no cover - the root always exists
+        return f"no existing parent folder ({d})"
+    if not existing.is_dir():
+        return f"Not a directory: {existing} is a file ({d})"
     try:
-        d.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=d, prefix=".tuner-check-"):
-            pass
+        if existing == d:
+            with tempfile.NamedTemporaryFile(dir=d, prefix=".tuner-check-"):
+                pass
+        else:
+            os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".tuner-check-"))
         return ""
     except OSError as exc:
         return f"{exc.strerror or exc} ({d})"
-    finally:
-        for p in created:  # deepest first
-            try:
-                p.rmdir()
-            except OSError:
-                pass
 
 
 def _route_interfaces() -> list[str]:

@@ -269,3 +269,18 @@ def test_launch_and_run_with_check_stop_at_a_fault(tmp_path, build):
         assert "FAULT host-ram" in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "ran").exists()
     assert not (tmp_path / "output" / "metrics.jsonl").exists()
+
+
+def test_machines_probing_one_missing_output_folder_at_once_all_find_it_writable(tmp_path):
+    """Machines that share an output folder (a network file system; two launchers on one host
+    in these tests) probe it at the same moment. Each probe is its own uniquely named entry:
+    no machine's probe removes the folder another one is writing into, and none is left."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tuner.runtime.check.preflight import _writable
+
+    out = tmp_path / "output"
+    with ThreadPoolExecutor(8) as pool:
+        problems = [p for p in pool.map(lambda _: _writable(out), range(4000)) if p]
+    assert not problems, problems[:3]
+    assert list(tmp_path.iterdir()) == []
