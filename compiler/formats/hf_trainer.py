@@ -131,6 +131,7 @@ def read(data: dict[str, Any], path: Path, out: Imported, swift: bool = False) -
 
     src = path.name
     data, unknown = upstream(data, src, out)
+    data, unknown = _warmup(data, unknown, src, out)
     if unknown:
         whose = "ms-swift's own or unknown" if swift else "unknown to transformers' HfArgumentParser"
         out.remarks.append(f"{src}: {', '.join(sorted(unknown))}: not TrainingArguments fields ({whose}); "
@@ -176,6 +177,24 @@ def read(data: dict[str, Any], path: Path, out: Imported, swift: bool = False) -
         except ImportError_:
             out.remarks.append(f"{src}: deepspeed {ds} not found next to it; pass it as another source")
             out.set(K.DEEPSPEED_ENABLED, True, src)
+
+
+def _warmup(data: dict[str, Any], unknown: list[str], src: str, out: Imported) -> tuple[dict[str, Any], list[str]]:
+    """transformers 5 folded `warmup_ratio` into `warmup_steps` (a float below 1 is a ratio of
+    the total steps): a ratio written either way becomes training.warmup_ratio, and a file written
+    for transformers 4 keeps its `warmup_ratio` under a transformers that no longer has it."""
+    steps = data.get("warmup_steps")
+    if isinstance(steps, float) and 0 < steps < 1:
+        data = {k: v for k, v in data.items() if k != "warmup_steps"}
+        out.set(K.TRAINING_WARMUP_RATIO, steps, src)
+    elif isinstance(steps, float) and steps.is_integer():  # transformers 5 parses every warmup_steps as a float
+        data = {**data, "warmup_steps": int(steps)}
+    if "warmup_ratio" in unknown:
+        unknown = [k for k in unknown if k != "warmup_ratio"]
+        out.remarks.append(f"{src}: warmup_ratio is no TrainingArguments field in this transformers (5 reads a "
+                           "ratio from warmup_steps below 1); imported as training.warmup_ratio, as transformers 4 "
+                           "meant it")
+    return data, unknown
 
 
 def _fsdp(options: Any, config: dict[str, Any], src: str, out: Imported) -> None:

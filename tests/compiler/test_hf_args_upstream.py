@@ -7,6 +7,7 @@ first test goes through it, the others call the same parser in this process (con
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -56,6 +57,23 @@ def test_a_key_trainingarguments_lacks_is_listed_as_not_imported(tmp_path):
     assert imported.not_distributed["args.json"] == {"per_device_batch_size": 8}
     assert any("per_device_batch_size" in r and "not TrainingArguments fields" in r for r in imported.remarks)
     assert settings.training.micro_batch_size == 2
+
+
+@pytest.mark.parametrize("warmup", [{"warmup_ratio": 0.05}, {"warmup_steps": 0.05}])
+def test_a_warmup_ratio_written_for_either_transformers_reaches_the_schedule(tmp_path, warmup):
+    """transformers 4 wrote `warmup_ratio`; transformers 5 dropped it and reads a `warmup_steps`
+    below 1 as the ratio. Either file warms up for 5 % of the steps, nothing is lost."""
+    fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+    if "warmup_steps" in warmup and "warmup_ratio" in fields:
+        pytest.skip("this transformers reads warmup_steps as a whole number of steps")
+    args = {"per_device_train_batch_size": 2, "lr_scheduler_type": "linear", **warmup}
+    imported, settings = _settings([_write(tmp_path, args)], tmp_path)
+    assert (settings.training.warmup_ratio, settings.training.warmup_steps) == (0.05, 0)
+    assert "args.json" not in imported.not_distributed
+    if "warmup_ratio" in warmup and "warmup_ratio" not in fields:
+        assert any("warmup_ratio" in r and "transformers 4" in r for r in imported.remarks), imported.remarks
+    steps = _settings([_write(tmp_path, {**args, "warmup_steps": 30, "warmup_ratio": 0})], tmp_path)[1].training
+    assert steps.warmup_steps == 30 and isinstance(steps.warmup_steps, int)
 
 
 @pytest.mark.parametrize(("key", "value", "verdict"), [
