@@ -92,20 +92,35 @@ def _add_overrides(p: argparse.ArgumentParser) -> None:
                            metavar="VALUE", help=canonical if canonical != name else argparse.SUPPRESS)
 
 
-def _bool_flags_alone(argv: list[str]) -> list[str]:
-    """A boolean settings flag followed by something that is not a boolean word (the
-    settings file, another flag) means true: say so, so argparse does not take that
-    argument as the flag's value."""
+def _settings_flags(argv: list[str]) -> list[str]:
+    """Settings flags as argparse cannot read them alone.
+
+    A boolean settings flag followed by something that is not a boolean word (the settings
+    file, another flag) means true: say so, so argparse does not take that argument as the
+    flag's value. A flag that is no settings key but a former one (``--load_in_4bit``) or a
+    misspelt one (``--fsdp_verison 2``) becomes ``--set NAME=VALUE``, so that the compiler's
+    diagnostic names the key to write instead of argparse's bare "unrecognized arguments"."""
     from ..compiler.keys.schema import index
 
     idx = index()
     out: list[str] = []
+    skip = False
     for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        flag, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
+        following = argv[i + 1] if i + 1 < len(argv) else None
+        info = idx.keys.get(idx.aliases.get(flag, flag)) if flag else None
+        if info is None and ("_" in flag or "." in flag) and (flag in idx.replaced or idx.suggest(flag)):
+            if not eq:
+                takes_next = following is not None and not following.startswith("-") and (
+                    following.lower() in _BOOL_WORDS or not following.endswith(".toml"))
+                value, skip = (following, True) if takes_next else ("true", False)
+            out += ["--set", f"{flag}={value}"]
+            continue
         out.append(arg)
-        name = arg[2:] if arg.startswith("--") and "=" not in arg else ""
-        info = idx.keys.get(idx.aliases.get(name, name)) if name else None
-        if info is not None and info.prop.get("type") == "boolean":
-            following = argv[i + 1] if i + 1 < len(argv) else None
+        if info is not None and not eq and info.prop.get("type") == "boolean":
             if following is None or following.lower() not in _BOOL_WORDS:
                 out[-1] = f"{arg}=true"
     return out
@@ -350,7 +365,7 @@ def _main(argv: list[str]) -> int:
 
     warnings.formatwarning = _warning_line
     if argv and argv[0] in ("compile", "run", "estimate", "data"):
-        argv = _bool_flags_alone(argv)
+        argv = _settings_flags(argv)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -111,6 +111,19 @@ def test_set_overrides_win_over_the_file_and_unknown_ones_are_errors():
     assert "did you mean fsdp_version" in err.fix
 
 
+def test_a_former_or_misspelt_key_as_a_flag_gets_the_compilers_diagnostic(tmp_path):
+    """`--load_in_4bit` (a key model.base_precision replaced) and `--fsdp_verison 2` are read as
+    --set overrides: the diagnostic names what to write, not argparse's "unrecognized arguments"."""
+    settings = tmp_path / "s.toml"
+    settings.write_text('[hardware]\nplatform = "cpu"\n')
+    former = run_tuner("compile", "--load_in_4bit", str(settings), "-q")
+    assert former.returncode == 1, former.stderr
+    assert 'model.base_precision = "nf4-bnb"' in former.stderr and "unrecognized" not in former.stderr
+    misspelt = run_tuner("compile", str(settings), "--fsdp_verison", "2", "-q")
+    assert misspelt.returncode == 1 and "did you mean fsdp_version" in misspelt.stderr, misspelt.stderr
+    assert not (tmp_path / "build").exists()
+
+
 def test_base_accelerate_config_keeps_the_users_other_keys(tmp_path):
     base = tmp_path / "default_config.yaml"
     base.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 8\n"
