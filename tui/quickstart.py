@@ -56,12 +56,7 @@ class QuickStart(ModalScreen[dict[str, Any] | None]):
         """The strategy chosen with Up / Down (None: the proposal, the cheapest that fits)."""
 
     def compose(self) -> ComposeResult:
-        v = self.state.values
-        gpus = max(1, v[K.HARDWARE_NUM_PROCESSES] // max(1, v[K.HARDWARE_NUM_MACHINES]))
-        initial = {"qs-model": v[K.MODEL_PATH], "qs-gpus": str(gpus),
-                   "qs-memory": str(v[K.HARDWARE_GPU_MEMORY_GIB] or 80), "qs-machines": str(v[K.HARDWARE_NUM_MACHINES])}
-        if initial["qs-gpus"] == "1" and not self.state.existed:
-            initial["qs-gpus"] = "8"
+        initial = self._initial()
         with Vertical(id="quickstart-box", classes="modal-box"):
             yield Label("Quick start  [dim]Enter accepts · esc: the full wizard[/]", classes="step-title")
             yield Static("bf16, sharded checkpoints, CUDA. Everything stays editable on the steps.",
@@ -72,6 +67,23 @@ class QuickStart(ModalScreen[dict[str, Any] | None]):
                     yield FieldInput(initial[wid], placeholder=hint, id=wid, classes="field-input", compact=True)
             yield Static("", id="qs-proposal", classes="panel", markup=False)
             yield OptionList(id="qs-strategies", compact=True)
+
+    def _initial(self) -> dict[str, str]:
+        """The boxes' first text: what the settings file holds (a value the compile rejected as
+        written, not the default it fell back to). GPUs per machine is derived from two keys: blank
+        when the machine count cannot divide it."""
+        shown = self.state.shown
+        procs, machines = shown(K.HARDWARE_NUM_PROCESSES), shown(K.HARDWARE_NUM_MACHINES)
+        if _whole(procs) and _whole(machines):
+            gpus = str(max(1, procs // machines))
+        else:
+            gpus = "" if _whole(procs) else str(procs)
+        memory = shown(K.HARDWARE_GPU_MEMORY_GIB)
+        initial = {"qs-model": str(shown(K.MODEL_PATH)), "qs-gpus": gpus,
+                   "qs-memory": str(memory if memory not in (None, 0) else 80), "qs-machines": str(machines)}
+        if initial["qs-gpus"] == "1" and not self.state.existed:
+            initial["qs-gpus"] = "8"
+        return initial
 
     def on_mount(self) -> None:
         steady_cursors(self)
@@ -162,3 +174,8 @@ class QuickStart(ModalScreen[dict[str, Any] | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+def _whole(value: Any) -> bool:
+    """A positive whole number (not a bool, which is an int to Python)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -171,3 +171,21 @@ async def test_a_template_with_a_rejected_choice_shows_it_in_the_builder_and_the
         assert stage.value is Select.NULL and stage.prompt == "(invalid: 7)"
         assert "zero_stage = 7" in app.state.document.text()
         assert "must be one of 0, 1, 2, 3 (got 7)" in diagnostics_line(app, "deepspeed.zero_stage")
+
+
+async def test_the_quick_start_boxes_show_the_files_rejected_values(tmp_path, _wizard_env):
+    """F10's boxes start from the settings file: a rejected machine count shows as written, not as
+    the default 1 the compile fell back to (which would also make GPUs per machine 16)."""
+    from textual.widgets import Input
+
+    path = _wizard_env / "settings.toml"
+    text = MODEL + "[hardware]\nnum_machines = 0\nnum_processes = 16\ngpu_memory_gib = 40\n"
+    app = make_app(path, text=text, tmp_path=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("f10")
+        await pilot.pause()
+        boxes = {w.id: w.value for w in app.screen.query(Input)}
+        assert boxes == {"qs-model": "builtin:tiny-llama", "qs-gpus": "", "qs-memory": "40", "qs-machines": "0"}
+        await pilot.press("escape")
+        await pilot.pause()
+    assert path.read_text() == text
