@@ -114,9 +114,9 @@ def _settings_flags(argv: list[str]) -> list[str]:
         info = idx.keys.get(idx.aliases.get(flag, flag)) if flag else None
         if info is None and ("_" in flag or "." in flag) and (flag in idx.replaced or idx.suggest(flag)):
             if not eq:
-                takes_next = following is not None and not following.startswith("-") and (
+                skip = following is not None and not following.startswith("-") and (
                     following.lower() in _BOOL_WORDS or not following.endswith(".toml"))
-                value, skip = (following, True) if takes_next else ("true", False)
+                value = following if skip and following is not None else "true"
             out += ["--set", f"{flag}={value}"]
             continue
         out.append(arg)
