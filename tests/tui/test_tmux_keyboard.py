@@ -170,12 +170,12 @@ def test_every_dropdown_is_set_from_the_keyboard(tmux, _wizard_env):
 
 def test_clearing_a_number_and_typing_its_default_saves_the_number(tmux, _wizard_env):
     _launch(tmux, _wizard_env)
-    tmux.keys("F2")
+    _step(tmux, "F2")
     tmux.focus("hardware.num_machines")
     tmux.keys("C-u")
     tmux.wait_for('must be an integer (got "")')
     tmux.keys("1")
-    tmux.keys("F5")
+    _step(tmux, "F5")
     tmux.focus("training.micro_batch_size")
     tmux.keys("C-u", "1")
     _quit_saved(tmux)
@@ -237,7 +237,7 @@ def test_a_pasted_path_then_enter_uses_the_path(tmux, _wizard_env):
 
 def test_ctrl_c_with_unsaved_edits_writes_the_draft_and_exits_130(tmux, _wizard_env):
     _launch(tmux, _wizard_env)
-    tmux.keys("F5")
+    _step(tmux, "F5")
     tmux.focus("training.max_steps")
     tmux.keys("7", "7")
     tmux.wait_for("Max steps               77")
@@ -263,7 +263,7 @@ def _wizard_pid(tmux: Tmux) -> int:
 def test_sigterm_and_sighup_restore_the_terminal(tmux, _wizard_env, signame, status):
     _launch(tmux, _wizard_env)
     assert tmux.display("#{alternate_on}") == "1"  # the wizard runs in the alternate screen
-    tmux.keys("F5")
+    _step(tmux, "F5")
     tmux.focus("training.max_steps")
     tmux.keys("5")
     tmux.wait_for("Max steps               5")
@@ -277,7 +277,7 @@ def test_sigterm_and_sighup_restore_the_terminal(tmux, _wizard_env, signame, sta
 
 def test_after_too_small_a_field_has_focus(tmux, _wizard_env):
     _launch(tmux, _wizard_env)
-    tmux.keys("F5")
+    _step(tmux, "F5")
     tmux.focus("training.max_steps")
     settle_size(tmux, 30, 8)
     tmux.wait_for("too small")
@@ -321,7 +321,7 @@ def test_quick_start_lists_the_fitting_strategies_and_down_picks_one(tmux, _wiza
 
 def test_messages_huge_integer_emoji_and_multi_line_paste(tmux, _wizard_env):
     _launch(tmux, _wizard_env)
-    tmux.keys("F5")
+    _step(tmux, "F5")
     tmux.focus("training.max_steps")
     tmux.text("99999999999999999999999")
     screen = tmux.wait_for("too large")
@@ -330,7 +330,7 @@ def test_messages_huge_integer_emoji_and_multi_line_paste(tmux, _wizard_env):
     tmux.text("😀")
     tmux.wait_for('must be an integer (got "😀")')
     tmux.keys("C-u", "9")
-    tmux.keys("F1")
+    _step(tmux, "F1")
     tmux.focus("output.dir")
     tmux("set-buffer", "-b", "multi", "first-line\nsecond-line\n")
     tmux("paste-buffer", "-p", "-b", "multi", "-t", tmux.target)  # bracketed, as a terminal pastes
