@@ -114,8 +114,10 @@ def _settings_flags(argv: list[str]) -> list[str]:
         info = idx.keys.get(idx.aliases.get(flag, flag)) if flag else None
         if info is None and ("_" in flag or "." in flag) and (flag in idx.replaced or idx.suggest(flag)):
             if not eq:
+                # its value is the next word, unless that is the settings file or build folder
                 skip = following is not None and not following.startswith("-") and (
-                    following.lower() in _BOOL_WORDS or not following.endswith(".toml"))
+                    following.lower() in _BOOL_WORDS
+                    or not (following.endswith(".toml") or os.path.exists(following)))
                 value = following if skip and following is not None else "true"
             out += ["--set", f"{flag}={value}"]
             continue

@@ -122,6 +122,10 @@ def test_a_former_or_misspelt_key_as_a_flag_gets_the_compilers_diagnostic(tmp_pa
     misspelt = run_tuner("compile", str(settings), "--fsdp_verison", "2", "-q")
     assert misspelt.returncode == 1 and "did you mean fsdp_version" in misspelt.stderr, misspelt.stderr
     assert not (tmp_path / "build").exists()
+    # the word after the flag is its value, unless it is the settings file or an existing folder
+    assert run_tuner("compile", str(settings), "-q").returncode == 0
+    built = run_tuner("run", "--load_in_4bit", str(tmp_path / "build"))
+    assert built.returncode == 2 and "this is a build directory" in built.stderr, built.stderr
 
 
 def test_base_accelerate_config_keeps_the_users_other_keys(tmp_path):
