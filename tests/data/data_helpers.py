@@ -28,8 +28,8 @@ def family(project: Path, s, rank: int = 0, world: int = 1):
     return CausalLMFamily(FamilyContext(settings=s, base_dir=project, rank=rank, world_size=world))
 
 
-def instruction_rows(n: int) -> list[dict]:
-    s = sentences(2 * n, seed=3)
+def instruction_rows(n: int, seed: int = 3) -> list[dict]:
+    s = sentences(2 * n, seed=seed)
     return [{"prompt": f"Question: {s[2 * i]}\nAnswer:", "completion": " " + s[2 * i + 1]} for i in range(n)]
 
 

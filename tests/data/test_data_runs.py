@@ -31,10 +31,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.data.data_helpers import source_rows, write_format
+from tests.data.data_helpers import instruction_rows, source_rows, write_format
 from tests.data.row_trace import ROWS
 from tests.runtime.runtime_helpers import to_toml, tuner_env
-from tests.tiny_chat_llama import chat_rows, sentences
+from tests.tiny_chat_llama import chat_rows
 
 pytestmark = pytest.mark.slow
 
@@ -168,8 +168,7 @@ def test_streamed_chat_under_fsdp2_resumes_mid_epoch_without_repeating_or_skippi
 def test_parquet_instruction_set_under_zero2(tmp_path, tiny_model, tok):
     from datasets import Dataset
 
-    s = sentences(120, seed=9)
-    rows = [{"prompt": f"Question: {s[2 * i]}\nAnswer:", "completion": " " + s[2 * i + 1]} for i in range(60)]
+    rows = instruction_rows(60, seed=9)
     Dataset.from_list(rows).to_parquet(str(tmp_path / "qa.parquet"))
     settings = _settings(tiny_model, {"path": "qa.parquet", "validation_split": 0.1},
                          deepspeed=ZERO2)
