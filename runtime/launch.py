@@ -162,20 +162,19 @@ def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
         print(f"{entry.command}: warning: accelerate {accelerate_version()} is not a tested version "
               f"(TUNER_ALLOW_UNTESTED is set)", file=sys.stderr)
     nproc = max(1, int(arts.plan.processes_per_machine))
+    if topo.num_machines > 1:  # every machine meets at the one port they all know
+        return _launch_cpu_once(arts, entry, topo, nproc)
     # One machine: any free port will do (another run may hold the compiled one). Two runs
     # started at the same moment can both find the same port free and race for it; the loser
     # learns it before any rank starts and tries again on a port the system picks.
-    tries = 3 if topo.num_machines == 1 else 1
-    for attempt in range(tries):
-        if topo.num_machines == 1:
-            topo.main_port = free_port(topo.main_port if attempt == 0 else 0)
+    for attempt in range(3):
+        topo.main_port = free_port(topo.main_port if attempt == 0 else 0)
         try:
             return _launch_cpu_once(arts, entry, topo, nproc)
         except _PortRaced:
-            if attempt + 1 == tries:
-                print(port_taken_message(entry.command, topo.main_port), file=sys.stderr)
-                return EXIT_RANK_FAILED
-    return EXIT_RANK_FAILED  # pragma: no cover - the loop always returns
+            pass
+    print(port_taken_message(entry.command, topo.main_port), file=sys.stderr)
+    return EXIT_RANK_FAILED
 
 
 class _PortRaced(Exception):
