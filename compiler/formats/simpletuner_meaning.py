@@ -186,18 +186,39 @@ def _data(raw: dict[str, Any], src: str, out: Imported) -> None:
 
 
 def finish(raw: dict[str, Any], src: str, out: Imported) -> None:
-    """Once every file is read: what depends on DeepSpeed being on (an accelerate YAML given beside
-    the SimpleTuner file may turn it on): clipping and the weight decay."""
+    """Once every file is read: what depends on DeepSpeed or FSDP being on (an accelerate YAML given
+    beside the SimpleTuner file may turn them on): clipping and the weight decay."""
     ds = str(out.values.get(K.DEEPSPEED_ENABLED, "")).lower() in ("true", "1") or K.DEEPSPEED_CONFIG in out.values
-    if not ds:  # SimpleTuner clips each value at 2.0 (sections/optimizer.py:234, :272); DeepSpeed clips the norm
+    fsdp = str(out.values.get(K.FSDP_ENABLED, "")).lower() in ("true", "1")
+    _clipping(raw, src, out, ds, fsdp)
+    _weight_decay(raw, src, out, ds)
+
+
+def _clipping(raw: dict[str, Any], src: str, out: Imported, ds: bool, fsdp: bool) -> None:
+    """SimpleTuner clips each value at 2.0 by default (sections/optimizer.py:234, :272), except
+    (simpletuner/helpers/training/trainer.py:7138-7212): never for prodigy and optimi-stableadamw,
+    not at all under FSDP with value clipping, and under DeepSpeed the engine clips the norm."""
+    method = str(raw.get("grad_clip_method", "value")).strip().lower()
+    optimizer = str(raw.get("optimizer", "adamw_bf16")).strip().lower()
+    if optimizer in ("prodigy", "optimi-stableadamw"):
+        out.set(K.TRAINING_MAX_GRAD_NORM, 0.0, src)
+        out.remarks.append(f"{src}: SimpleTuner does not clip gradients for optimizer {optimizer} (trainer.py:7140); "
+                           "imported as training.max_grad_norm = 0")
+    elif ds:
+        if method == "value":
+            out.set(K.TRAINING_CLIP_METHOD, "norm", src)
+            out.remarks.append(f"{src}: grad_clip_method {method!r}: under DeepSpeed SimpleTuner leaves clipping to the "
+                               "engine, which clips the global norm (trainer.py:7206-7208, deepspeed gradient_clipping); "
+                               "imported as training.clip_method = 'norm'")
+    elif fsdp and method == "value":
+        out.set(K.TRAINING_MAX_GRAD_NORM, 0.0, src)
+        out.remarks.append(f"{src}: grad_clip_method 'value' under FSDP: SimpleTuner skips clipping "
+                           "(trainer.py:7192-7195); imported as training.max_grad_norm = 0 (no clipping)")
+    else:
         out.default(K.TRAINING_MAX_GRAD_NORM, 2.0, src, "max_grad_norm unset: SimpleTuner's default 2.0 "
                     "(sections/optimizer.py:234) imported")
         out.default(K.TRAINING_CLIP_METHOD, "value", src, "grad_clip_method unset: SimpleTuner clips each gradient "
                     "value by default (sections/optimizer.py:272); imported as 'value'")
-    elif "grad_clip_method" not in raw:
-        out.remarks.append(f"{src}: grad_clip_method unset: SimpleTuner's default clips each value, which DeepSpeed "
-                           "does not run; under DeepSpeed the engine clips the global norm (deepspeed.gradient_clipping)")
-    _weight_decay(raw, src, out, ds)
 
 
 def _weight_decay(raw: dict[str, Any], src: str, out: Imported, ds: bool) -> None:
