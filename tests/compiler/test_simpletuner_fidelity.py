@@ -296,31 +296,3 @@ def test_a_simpletuner_config_with_its_deepspeed_accelerate_yaml_imports(order):
     assert t.clip_method == "norm" and result.plan.strategy == "zero1"
     assert t.weight_decay == ST_DEFAULT["adam_weight_decay"][0]
     assert t.gradient_accumulation_steps == 4  # the YAML's, SimpleTuner's file leaves it unset
-
-
-def test_polynomial_is_simpletuners_polynomial():
-    """SimpleTuner's polynomial (custom_schedule.py:102-155, power 0.8 and lr_end 4e-7 unset) and
-    tuner's runtime schedule from the imported settings give the same learning rates."""
-    import torch
-    from tuner.runtime.optim import lr_schedule
-
-    imp = import_files([DATA / "fsdp2-full.toml"])
-    t = compile_text(to_toml(imp), path=DATA / "settings.toml").settings.training
-    assert (t.lr_scheduler, t.lr_power, t.lr_end) == ("polynomial", 0.8, 4e-7)
-    lr, warmup, total = 1e-4, 3, 20  # the lr schedule's shape, not the file's learning rate
-
-    def simpletuner(step: int) -> float:  # custom_schedule.py:141-152, transcribed
-        if step < warmup:
-            return lr * step / max(1, warmup)
-        if step > total:
-            return t.lr_end
-        return (lr - t.lr_end) * (1 - (step - warmup) / (total - warmup)) ** t.lr_power + t.lr_end
-
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
-    sched = lr_schedule(t.lr_scheduler, opt, warmup, total, t)
-    ours = []
-    for _ in range(total + 2):
-        ours.append(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step()
-    assert ours == pytest.approx([simpletuner(s) for s in range(total + 2)], rel=1e-9, abs=1e-12)
