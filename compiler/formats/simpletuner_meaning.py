@@ -50,6 +50,16 @@ REFUSED: dict[str, tuple[Any, str, str]] = {
 }
 
 
+#: Keys named with what to do instead (their generic note is below).
+NOTES = {
+    "checkpoint_epoch_interval": "SimpleTuner also saves every N epochs; tuner saves by optimizer steps only: set "
+                                 "checkpoint.every_steps to N x your steps per epoch (not carried)",
+    "lr_scale": "when true SimpleTuner multiplies learning_rate by batch x accumulation x processes (its square root "
+                "with lr_scale_sqrt; trainer.py:1191-1203); not carried: set training.learning_rate to the product",
+    "lr_num_cycles": "used only by schedules tuner refuses or does not run (SimpleTuner's cosine family); not carried",
+}
+
+
 def apply(raw: dict[str, Any], path: Path, out: Imported, other: dict[str, Any]) -> None:
     """Carry SimpleTuner's meaning into ``out``; move the keys it names out of ``other``
     (the catch-all list). Raises ImportRefused naming every key tuner cannot train as written."""
@@ -75,7 +85,9 @@ def apply(raw: dict[str, Any], path: Path, out: Imported, other: dict[str, Any])
                 other.pop(key)  # off: what tuner trains
             continue
         section = D.training_section(key)
-        if section is not None:
+        if key in NOTES:
+            out.remarks.append(f"{src}: {key} = {other.pop(key)!r}: {NOTES[key]}")
+        elif section is not None:
             out.remarks.append(f"{src}: {key} = {other.pop(key)!r}: a SimpleTuner training option ({section}) "
                                "tuner has no setting for; not carried, tuner trains without it")
     if problems:
@@ -228,6 +240,9 @@ def _weight_decay(raw: dict[str, Any], src: str, out: Imported, ds: bool) -> Non
             value, where = D.ADAM_WEIGHT_DECAY[0], f"adam_weight_decay's default, {D.ADAM_WEIGHT_DECAY[1]}"
         out.default(K.TRAINING_WEIGHT_DECAY, value, src, f"weight decay {value} ({where}): SimpleTuner passes "
                     "adam_weight_decay to DeepSpeed's optimizer (simpletuner/helpers/training/trainer.py:4139)")
+        if raw.get("optimizer_config"):
+            out.remarks.append(f"{src}: optimizer_config {raw['optimizer_config']!r}: not used with DeepSpeed's "
+                               "optimizer (optimizer_param.py:1185-1191); not carried")
         return
     optimizer = str(raw.get("optimizer", "adamw_bf16")).strip().lower()
     if "adam_weight_decay" in raw:
@@ -235,19 +250,27 @@ def _weight_decay(raw: dict[str, Any], src: str, out: Imported, ds: bool) -> Non
                            "DeepSpeed's optimizer (trainer.py:4139); its own optimizers take the decay from their "
                            "defaults and optimizer_config (optimizer_param.py:912-925), as imported here")
     match = re.search(r"(?:^|,)\s*weight_decay\s*=\s*([^,]+)", str(raw.get("optimizer_config") or ""))
-    if match:
-        try:
-            out.set(K.TRAINING_WEIGHT_DECAY, float(match.group(1)), src)
-            return
-        except ValueError:
-            pass  # not a number: SimpleTuner would fail too; the remark below names the default tuner uses
-    if optimizer in D.OPTIMIZER_WEIGHT_DECAY:
+    try:
+        decay = float(match.group(1)) if match else None
+    except ValueError:
+        decay = None  # not a number: SimpleTuner would fail too; the default below is named
+    if decay is not None:
+        out.set(K.TRAINING_WEIGHT_DECAY, decay, src)
+    elif optimizer in D.OPTIMIZER_WEIGHT_DECAY:
         value, line = D.OPTIMIZER_WEIGHT_DECAY[optimizer]
         out.default(K.TRAINING_WEIGHT_DECAY, value, src, f"weight decay: {optimizer}'s own default {value} "
                     f"({D.OPTIMIZERS}:{line}) imported as training.weight_decay")
     else:
         out.remarks.append(f"{src}: weight decay of SimpleTuner's optimizer {optimizer!r} is not known to tuner; "
                            "training.weight_decay stays tuner's default (0.0): set it")
+    fsdp2 = str(out.values.get(K.FSDP_ENABLED, "")).lower() in ("true", "1") and str(
+        out.values.get(K.FSDP_VERSION, 2)) == "2"
+    if fsdp2 and (optimizer.startswith(("optimi-", "bnb-")) or optimizer == "soap"):
+        out.remarks.append(f"{src}: optimizer {optimizer!r} under FSDP2: SimpleTuner trains adamw_schedulefree "
+                           f"instead ({D.OPTIMIZERS}:453-455, 1169-1184); tuner trains {optimizer!r} as imported")
+    if optimizer == "adamw_schedulefree":
+        out.remarks.append(f"{src}: optimizer adamw_schedulefree is schedule-free AdamW ({D.OPTIMIZERS}:250); tuner "
+                           "trains plain AdamW with training.lr_scheduler")
     if optimizer == "adamw_bf16":
         out.remarks.append(f"{src}: optimizer adamw_bf16 (AdamW with bf16 state and stochastic rounding, eps 1e-6: "
                            f"{D.OPTIMIZERS}:191-198) trains as torch AdamW (fp32 state, eps 1e-8) in tuner")

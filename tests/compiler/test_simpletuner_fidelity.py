@@ -296,3 +296,37 @@ def test_a_simpletuner_config_with_its_deepspeed_accelerate_yaml_imports(order):
     assert t.clip_method == "norm" and result.plan.strategy == "zero1"
     assert t.weight_decay == ST_DEFAULT["adam_weight_decay"][0]
     assert t.gradient_accumulation_steps == 4  # the YAML's, SimpleTuner's file leaves it unset
+
+
+@pytest.mark.parametrize("key, value, outcome", [
+    ("checkpoint_epoch_interval", 2, "named"),  # saves per epoch: tuner saves by steps
+    ("lr_scale", True, "named"),
+    ("base_model_precision", "fp8-torchao", "carried"),  # model.base_precision; tuner run trains it not
+    ("mixed_precision", "fp8", "refused"),
+    ("use_dora", True, "refused"),
+    ("train_text_encoder", True, "refused"),
+    ("lr_scheduler", "sine", "refused"),
+    ("model_type", "embedding", "refused"),
+    ("layer_freeze_strategy", "bitfit", "named"),  # partial freezing of the text encoder
+    ("optimizer_config", "weight_decay=0.05,eps=1e-7", "carried"),  # weight decay carried, eps named
+])
+def test_a_key_that_changes_what_is_trained_is_carried_named_or_refused(key, value, outcome, tmp_path):
+    """Item 3: never the catch-all list."""
+    raw = _raw(DATA / "flux.peft-lora.json") | {key: value}
+    source = tmp_path / "config.json"
+    source.write_text(json.dumps({f"--{k}": v for k, v in raw.items()}))
+    if outcome == "refused":
+        with pytest.raises(ImportRefused, match=f"{key} = {value!r}"):
+            import_files([source])
+        return
+    imp = import_files([source])
+    assert key not in imp.not_distributed.get("config.json", {})
+    result = compile_text(to_toml(imp), path=tmp_path / "settings.toml")
+    assert result.ok, [d.format() for d in result.diagnostics.errors]
+    if outcome == "named":
+        assert any(r.startswith(f"config.json: {key} = {value!r}") for r in imp.remarks)
+    elif key == "optimizer_config":
+        assert result.settings.training.weight_decay == 0.05
+        assert any("optimizer_config 'eps=1e-7'" in r for r in imp.remarks)
+    else:
+        assert result.settings.model.base_precision == value
