@@ -46,7 +46,7 @@ DEFAULTS: tuple[tuple[str, str, Any, str], ...] = (
 )
 #: Only for model_type = "lora" (lora_alpha unset is the rank: simpletuner/helpers/models/common.py:1092).
 LORA_DEFAULTS: tuple[tuple[str, str, Any, str], ...] = (
-    (K.MODEL_LORA_RANK, "lora_rank", 16, "sections/lora.py:25"),
+    (K.MODEL_LORA_RANK, "lora_rank", 16, "sections/lora.py:25; the WebUI's too, server/services/field_service.py:2143"),
     (K.MODEL_LORA_DROPOUT, "lora_dropout", 0.1, "sections/lora.py:137"),
 )
 #: Only for lr_scheduler = "polynomial" (transformers' get_polynomial_decay_schedule_with_warmup with

@@ -70,6 +70,11 @@ def apply(raw: dict[str, Any], path: Path, out: Imported, other: dict[str, Any])
     _defaults(raw, src, out)
     _lora(raw, src, out, problems)
     _data(raw, src, out)
+    precision = str(raw.get("base_model_precision", "no_change")).strip().lower()
+    if precision not in ("no_change", "nf4-bnb"):
+        out.remarks.append(f"{src}: base_model_precision = {precision!r} (a quantised frozen base) is carried as "
+                           "model.base_precision; tuner run trains no_change and nf4-bnb only and refuses it, the "
+                           "compiled launch files serve your own trainer")
     if str(raw.get("mixed_precision", "")).strip().lower() == "fp8":
         problems.append("mixed_precision = 'fp8': SimpleTuner trains with fp8 compute (sections/advanced.py:694); tuner "
                         "compiles no, fp16 or bf16 (accelerate's fp8 recipes have no tuner setting); set bf16")

@@ -330,3 +330,4 @@ def test_a_key_that_changes_what_is_trained_is_carried_named_or_refused(key, val
         assert any("optimizer_config 'eps=1e-7'" in r for r in imp.remarks)
     else:
         assert result.settings.model.base_precision == value
+        assert any(r.startswith(f"config.json: base_model_precision = {value!r}") for r in imp.remarks)
