@@ -5,7 +5,7 @@ bc8e6ab7738ce457a2ed8eb2d26cadd91c6442cb. Its argument parser (`get_argument_par
 simpletuner/helpers/configuration/cmd_args.py lines 472-555) is built from the WebUI's field
 registry, so the command line, the JSON/TOML configs and the WebUI's saved files share these
 defaults: each ``default_value=`` line in simpletuner/simpletuner_sdk/server/services/field_registry/
-sections/ (cited below as ``sections/FILE:LINE``).
+sections/ (cited below as ``field_registry/sections/FILE:LINE``).
 """
 
 from __future__ import annotations
@@ -19,51 +19,49 @@ OPTIMIZERS = "simpletuner/helpers/training/optimizer_param.py"
 
 #: (tuner key, SimpleTuner key, SimpleTuner's value for it when unset, where SimpleTuner sets it)
 DEFAULTS: tuple[tuple[str, str, Any, str], ...] = (
-    (K.MODEL_TYPE, "model_type", "full", "sections/model.py:203"),
-    (K.TRAINING_MIXED_PRECISION, "mixed_precision", "bf16", "sections/advanced.py:689"),
-    (K.TRAINING_OPTIMIZER, "optimizer", "adamw_bf16", "sections/training.py:114"),
-    (K.TRAINING_LEARNING_RATE, "learning_rate", 4e-7, "sections/training.py:89"),
-    (K.TRAINING_LR_SCHEDULER, "lr_scheduler", "constant_with_warmup", "sections/training.py:147"),
-    (K.TRAINING_WARMUP_STEPS, "lr_warmup_steps", 0, "sections/training.py:186"),
-    (K.TRAINING_MICRO_BATCH_SIZE, "train_batch_size", 4, "sections/training.py:67"),
-    (K.TRAINING_GRADIENT_ACCUMULATION_STEPS, "gradient_accumulation_steps", 1, "sections/memory.py:24"),
-    (K.TRAINING_NUM_EPOCHS, "num_train_epochs", 1, "sections/training.py:26"),
-    (K.TRAINING_MAX_STEPS, "max_train_steps", 0, "sections/training.py:48 (None: the epochs decide)"),
-    (K.TRAINING_GRADIENT_CHECKPOINTING, "gradient_checkpointing", True, "sections/training.py:224"),
-    (K.TRAINING_EMA, "use_ema", False, "sections/training.py:826"),
-    (K.TRAINING_EMA_DECAY, "ema_decay", 0.995, "sections/training.py:928"),
-    (K.TRAINING_EMA_DEVICE, "ema_device", "cpu", "sections/training.py:845"),
-    (K.CHECKPOINT_KEEP_LAST, "checkpoints_total_limit", 5, "sections/training.py:204"),
-    (K.CHECKPOINT_EVERY_STEPS, "checkpoint_step_interval", 500, "sections/logging_fields.py:79"),
-    (K.CHECKPOINT_RESUME, "resume_from_checkpoint", "auto",
-     "sections/model.py:284 ('latest', which starts fresh when there is none, "
-     "simpletuner/helpers/training/trainer.py:5031: tuner's 'auto')"),
-    (K.OUTPUT_DIR, "output_dir", "simpletuner-results", "sections/model.py:148"),
-    (K.DATA_RESOLUTION, "resolution", 1024, "sections/data.py:26"),
-    (K.DATA_CAPTION_DROPOUT, "caption_dropout_probability", 0.1, "sections/advanced.py:1189"),
-    (K.LOGGING_PROJECT, "tracker_project_name", "simpletuner", "sections/logging_fields.py:230"),
-    (K.LOGGING_DIR, "logging_dir", "logs", "sections/logging_fields.py:272"),
+    (K.MODEL_TYPE, "model_type", "full", "field_registry/sections/model.py:203"),
+    (K.TRAINING_MIXED_PRECISION, "mixed_precision", "bf16", "field_registry/sections/advanced.py:689"),
+    (K.TRAINING_OPTIMIZER, "optimizer", "adamw_bf16", "field_registry/sections/training.py:114"),
+    (K.TRAINING_LEARNING_RATE, "learning_rate", 4e-7, "field_registry/sections/training.py:89"),
+    (K.TRAINING_LR_SCHEDULER, "lr_scheduler", "constant_with_warmup", "field_registry/sections/training.py:147"),
+    (K.TRAINING_WARMUP_STEPS, "lr_warmup_steps", 0, "field_registry/sections/training.py:186"),
+    (K.TRAINING_MICRO_BATCH_SIZE, "train_batch_size", 4, "field_registry/sections/training.py:67"),
+    (K.TRAINING_GRADIENT_ACCUMULATION_STEPS, "gradient_accumulation_steps", 1, "field_registry/sections/memory.py:24"),
+    (K.TRAINING_NUM_EPOCHS, "num_train_epochs", 1, "field_registry/sections/training.py:26"),
+    (K.TRAINING_MAX_STEPS, "max_train_steps", 0, "field_registry/sections/training.py:48 (None: the epochs decide)"),
+    (K.TRAINING_GRADIENT_CHECKPOINTING, "gradient_checkpointing", True, "field_registry/sections/training.py:224"),
+    (K.TRAINING_EMA, "use_ema", False, "field_registry/sections/training.py:826"),
+    (K.TRAINING_EMA_DECAY, "ema_decay", 0.995, "field_registry/sections/training.py:928"),
+    (K.TRAINING_EMA_DEVICE, "ema_device", "cpu", "field_registry/sections/training.py:845"),
+    (K.CHECKPOINT_KEEP_LAST, "checkpoints_total_limit", 5, "field_registry/sections/training.py:204"),
+    (K.CHECKPOINT_EVERY_STEPS, "checkpoint_step_interval", 500, "field_registry/sections/logging_fields.py:79"),
+    (K.OUTPUT_DIR, "output_dir", "simpletuner-results", "field_registry/sections/model.py:148"),
+    (K.DATA_RESOLUTION, "resolution", 1024, "field_registry/sections/data.py:26"),
+    (K.DATA_CAPTION_DROPOUT, "caption_dropout_probability", 0.1, "field_registry/sections/advanced.py:1189"),
+    (K.LOGGING_PROJECT, "tracker_project_name", "simpletuner", "field_registry/sections/logging_fields.py:230"),
+    (K.LOGGING_DIR, "logging_dir", "logs", "field_registry/sections/logging_fields.py:272"),
 )
 #: Only for model_type = "lora" (lora_alpha unset is the rank: simpletuner/helpers/models/common.py:1092).
 LORA_DEFAULTS: tuple[tuple[str, str, Any, str], ...] = (
-    (K.MODEL_LORA_RANK, "lora_rank", 16, "sections/lora.py:25; the WebUI's too, server/services/field_service.py:2143"),
-    (K.MODEL_LORA_DROPOUT, "lora_dropout", 0.1, "sections/lora.py:137"),
+    (K.MODEL_LORA_RANK, "lora_rank", 16,
+     "field_registry/sections/lora.py:25; the WebUI's too, server/services/field_service.py:2143"),
+    (K.MODEL_LORA_DROPOUT, "lora_dropout", 0.1, "field_registry/sections/lora.py:137"),
 )
 #: Only for lr_scheduler = "polynomial" (transformers' get_polynomial_decay_schedule_with_warmup with
 #: SimpleTuner's lr_end and lr_power: simpletuner/helpers/training/custom_schedule.py:535-544).
 POLYNOMIAL_DEFAULTS: tuple[tuple[str, str, Any, str], ...] = (
-    (K.TRAINING_LR_END, "lr_end", 4e-7, "sections/advanced.py:921"),
-    (K.TRAINING_LR_POWER, "lr_power", 0.8, "sections/training.py:787"),
+    (K.TRAINING_LR_END, "lr_end", 4e-7, "field_registry/sections/advanced.py:921"),
+    (K.TRAINING_LR_POWER, "lr_power", 0.8, "field_registry/sections/training.py:787"),
 )
 #: Only with fsdp_enable (the same as tuner's FSDP2 defaults, written out).
 FSDP_DEFAULTS: tuple[tuple[str, str, Any, str], ...] = (
-    (K.FSDP_VERSION, "fsdp_version", 2, "sections/advanced.py:1684"),
-    (K.FSDP_RESHARD_AFTER_FORWARD, "fsdp_reshard_after_forward", True, "sections/advanced.py:1705"),
-    (K.CHECKPOINT_STATE_DICT_TYPE, "fsdp_state_dict_type", "sharded", "sections/advanced.py:1722"),
-    (K.FSDP_CPU_RAM_EFFICIENT_LOADING, "fsdp_cpu_ram_efficient_loading", False, "sections/advanced.py:1743"),
-    (K.FSDP_AUTO_WRAP_POLICY, "fsdp_auto_wrap_policy", "transformer", "sections/advanced.py:1760"),
-    (K.FSDP_OFFLOAD_PARAMS, "fsdp_cpu_offload", False, "sections/advanced.py:1799"),
-    (K.FSDP_ACTIVATION_CHECKPOINTING, "fsdp_activation_checkpointing", False, "sections/advanced.py:1816"),
+    (K.FSDP_VERSION, "fsdp_version", 2, "field_registry/sections/advanced.py:1684"),
+    (K.FSDP_RESHARD_AFTER_FORWARD, "fsdp_reshard_after_forward", True, "field_registry/sections/advanced.py:1705"),
+    (K.CHECKPOINT_STATE_DICT_TYPE, "fsdp_state_dict_type", "sharded", "field_registry/sections/advanced.py:1722"),
+    (K.FSDP_CPU_RAM_EFFICIENT_LOADING, "fsdp_cpu_ram_efficient_loading", False, "field_registry/sections/advanced.py:1743"),
+    (K.FSDP_AUTO_WRAP_POLICY, "fsdp_auto_wrap_policy", "transformer", "field_registry/sections/advanced.py:1760"),
+    (K.FSDP_OFFLOAD_PARAMS, "fsdp_cpu_offload", False, "field_registry/sections/advanced.py:1799"),
+    (K.FSDP_ACTIVATION_CHECKPOINTING, "fsdp_activation_checkpointing", False, "field_registry/sections/advanced.py:1816"),
 )
 #: Without DeepSpeed, SimpleTuner's optimizer takes its weight decay from the optimizer's own
 #: ``default_settings`` (then ``optimizer_config``), not from ``adam_weight_decay``
@@ -76,7 +74,7 @@ OPTIMIZER_WEIGHT_DECAY: dict[str, tuple[float, int]] = {
     "torch-sgd": (0.0, 101),
 }
 #: With DeepSpeed's optimizer SimpleTuner passes adam_weight_decay (simpletuner/helpers/training/trainer.py:4139).
-ADAM_WEIGHT_DECAY = (0.01, "sections/optimizer.py:176")
+ADAM_WEIGHT_DECAY = (0.01, "field_registry/sections/optimizer.py:176")
 #: lr_scheduler values that are SimpleTuner's own restarting schedules, period lr_warmup_steps x processes
 #: (custom_schedule.py:495-532; "cosine_with_warmup" is "cosine", cli_utils.py:53-57): transformers'
 #: schedules of the same name decay once over the run instead.

@@ -76,8 +76,9 @@ def apply(raw: dict[str, Any], path: Path, out: Imported, other: dict[str, Any])
                            "model.base_precision; tuner run trains no_change and nf4-bnb only and refuses it, the "
                            "compiled launch files serve your own trainer")
     if str(raw.get("mixed_precision", "")).strip().lower() == "fp8":
-        problems.append("mixed_precision = 'fp8': SimpleTuner trains with fp8 compute (sections/advanced.py:694); tuner "
-                        "compiles no, fp16 or bf16 (accelerate's fp8 recipes have no tuner setting); set bf16")
+        problems.append("mixed_precision = 'fp8': SimpleTuner trains with fp8 compute (field_registry/sections/"
+                        "advanced.py:694); tuner compiles no, fp16 or bf16 (accelerate's fp8 recipes have no tuner "
+                        "setting); set bf16")
     for key in list(other):
         if key in CONSUMED:
             other.pop(key)
@@ -134,7 +135,7 @@ def _schedule(raw: dict[str, Any], src: str, out: Imported, problems: list[str])
     if text == "polynomial":
         for path, key, value, where in D.POLYNOMIAL_DEFAULTS:
             out.default(path, value, src, f"{key} unset: SimpleTuner's polynomial default {value!r} "
-                        f"({D.SECTIONS}{where.removeprefix('sections/')}) imported as {path}")
+                        f"({where}) imported as {path}")
 
 
 def _defaults(raw: dict[str, Any], src: str, out: Imported) -> None:
@@ -142,17 +143,23 @@ def _defaults(raw: dict[str, Any], src: str, out: Imported) -> None:
         if key not in raw:
             out.default(path, value, src, f"{key} unset: SimpleTuner's default {value!r} ({where}) imported as {path}")
     if "seed" not in raw:
-        out.remarks.append(f"{src}: seed unset: SimpleTuner draws a new random seed each run (sections/model.py:230); "
-                           "tuner trains with a fixed one (training.seed = 42): set training.seed to choose it")
+        out.remarks.append(f"{src}: seed unset: SimpleTuner draws a new random seed each run (field_registry/sections/"
+                           "model.py:230); tuner trains with a fixed one (training.seed = 42): set training.seed to "
+                           "choose it")
     out.default(K.DATA_VALIDATION_SPLIT, 0.0, src, "SimpleTuner holds no training rows out (evaluation uses its own "
                 "data backends): data.validation_split = 0")
     if str(out.values.get(K.FSDP_ENABLED, False)).lower() in ("true", "1"):
         for path, key, value, where in D.FSDP_DEFAULTS:
             if key not in raw:
                 out.default(path, value, src, f"{key} unset: SimpleTuner's default ({where}) imported as {path}")
-    if raw.get("resume_from_checkpoint") is not None:
-        value = raw["resume_from_checkpoint"]
-        out.set(K.CHECKPOINT_RESUME, "auto" if str(value).lower() == "latest" else value, src)
+    value = raw.get("resume_from_checkpoint", "latest")  # field_registry/sections/model.py:284
+    if str(value).lower() == "latest":  # none there: a fresh start (simpletuner/helpers/training/trainer.py:5031)
+        out.set(K.CHECKPOINT_RESUME, "auto", src)
+        out.remarks.append(f"{src}: resume_from_checkpoint {'unset' if 'resume_from_checkpoint' not in raw else 'latest'}"
+                           ": SimpleTuner resumes the latest checkpoint, or starts fresh when there is none "
+                           "(field_registry/sections/model.py:284, trainer.py:5031): imported as checkpoint.resume = 'auto'")
+    else:
+        out.set(K.CHECKPOINT_RESUME, value, src)
     if "validation_steps" in raw:
         out.remarks.append(f"{src}: validation_steps = {raw['validation_steps']!r} is SimpleTuner's image-sampling "
                            "interval (validation_step_interval), not an evaluation loss: not imported")
@@ -212,7 +219,7 @@ def finish(raw: dict[str, Any], src: str, out: Imported) -> None:
 
 
 def _clipping(raw: dict[str, Any], src: str, out: Imported, ds: bool, fsdp: bool) -> None:
-    """SimpleTuner clips each value at 2.0 by default (sections/optimizer.py:234, :272), except
+    """SimpleTuner clips each value at 2.0 by default (field_registry/sections/optimizer.py:234, :272), except
     (simpletuner/helpers/training/trainer.py:7138-7212): never for prodigy and optimi-stableadamw,
     not at all under FSDP with value clipping, and under DeepSpeed the engine clips the norm."""
     method = str(raw.get("grad_clip_method", "value")).strip().lower()
@@ -233,9 +240,9 @@ def _clipping(raw: dict[str, Any], src: str, out: Imported, ds: bool, fsdp: bool
                            "(trainer.py:7192-7195); imported as training.max_grad_norm = 0 (no clipping)")
     else:
         out.default(K.TRAINING_MAX_GRAD_NORM, 2.0, src, "max_grad_norm unset: SimpleTuner's default 2.0 "
-                    "(sections/optimizer.py:234) imported")
+                    "(field_registry/sections/optimizer.py:234) imported")
         out.default(K.TRAINING_CLIP_METHOD, "value", src, "grad_clip_method unset: SimpleTuner clips each gradient "
-                    "value by default (sections/optimizer.py:272); imported as 'value'")
+                    "value by default (field_registry/sections/optimizer.py:272); imported as 'value'")
 
 
 def _weight_decay(raw: dict[str, Any], src: str, out: Imported, ds: bool) -> None:
