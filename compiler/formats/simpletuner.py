@@ -84,9 +84,11 @@ def read(data: dict[str, Any], path: Path, out: Imported, webui: bool = False) -
         out.not_distributed.setdefault(src, {}).update(other)
     out.default(K.HARDWARE_PLATFORM, "cuda", src, "target platform cuda (a SimpleTuner GPU config); "
                 "set hardware.platform for another")
-    if dialect:
+    if dialect:  # once every file is read: an accelerate YAML beside it may turn FSDP or DeepSpeed on
         out.finish.append(lambda imported: simpletuner_meaning.finish(raw, src, imported))
-    _context_parallel(out, src)
+        out.finish.append(lambda imported: _context_parallel(imported, src))
+    else:
+        _context_parallel(out, src)
 
 
 def _context_parallel(out: Imported, src: str) -> None:

@@ -331,3 +331,18 @@ def test_a_key_that_changes_what_is_trained_is_carried_named_or_refused(key, val
     else:
         assert result.settings.model.base_precision == value
         assert any(r.startswith(f"config.json: base_model_precision = {value!r}") for r in imp.remarks)
+
+
+@pytest.mark.parametrize("order", ["simpletuner-first", "yaml-first"])
+def test_context_parallel_is_standalone_only_without_the_yamls_fsdp(order, tmp_path):
+    """CP without FSDP is SimpleTuner's standalone CP; an FSDP2 accelerate YAML given beside the
+    file, before or after it, makes it accelerate's CP under FSDP2 (decided once both are read)."""
+    yaml_file = tmp_path / "fsdp.yaml"
+    yaml_file.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_processes: 2\n"
+                         "fsdp_config:\n  fsdp_version: 2\n")
+    files = [DATA / "webui-config.json", yaml_file]
+    imp = import_files(files if order == "simpletuner-first" else files[::-1])
+    result = compile_text(to_toml(imp), path=tmp_path / "settings.toml")
+    assert result.ok, [d.format() for d in result.diagnostics.errors]
+    assert result.plan.strategy == "fsdp2" and not result.settings.context_parallel.standalone
+    assert result.settings.context_parallel.size == 2
