@@ -180,7 +180,9 @@ def simpletuner_trains(name: str, raw: dict[str, Any]) -> dict[str, Any]:
                      v("fsdp_state_dict_type")],
                  "fsdp.cpu_ram_efficient_loading": v("fsdp_cpu_ram_efficient_loading"),
                  "fsdp.offload_params": v("fsdp_cpu_offload")}
-    if int(raw.get("context_parallel_size", 1)) > 1:
+    if int(raw.get("context_parallel_size", 1)) <= 1:  # with CP, the CP size (and a note to raise it)
+        want["hardware.num_processes"] = raw.get("num_processes", 1)  # S/advanced.py:1909
+    else:
         want |= {"context_parallel.size": raw["context_parallel_size"],
                  "context_parallel.comm_strategy": raw.get("context_parallel_comm_strategy", "allgather")}
     return want
