@@ -8,6 +8,7 @@ anything else is the script's own choice and is skipped, with the reason.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .findings import Finding, fault, ok, skipped
 
@@ -26,7 +27,7 @@ def schedule(arts, runs, own_trainer: bool) -> list[Finding]:
             return [skipped("lr", "all", "schedule not compared: the script's optimizer starts at "
                             f"{'no LR scheduler' if base is None else f'lr {base:.3g}'}, not a scheduler at the "
                             f"settings' learning_rate {t.learning_rate:.3g}")]
-    want = planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps, t.max_steps, len(run["lr"]))
+    want = planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps, t.max_steps, len(run["lr"]), t)
     if any(abs(a - b) > 1e-9 + 1e-6 * abs(b) for a, b in zip(run["lr"], want, strict=True)):
         return [fault("lr", "all", f"steps at lr {run['lr']}; the settings' {t.lr_scheduler} schedule (warmup "
                       f"{t.warmup_steps}, {t.max_steps} steps) gives {want}",
@@ -39,11 +40,12 @@ def schedule(arts, runs, own_trainer: bool) -> list[Finding]:
 FORMULAS = ("constant", "constant_with_warmup", "linear", "cosine")
 
 
-def planned_lrs(kind: str, lr: float, warmup: int, total: int, n: int) -> list[float]:
+def planned_lrs(kind: str, lr: float, warmup: int, total: int, n: int, training: Any = None) -> list[float]:
     """The learning rate of optimizer steps 1..n under the settings' schedule
-    (runtime/optim.py: `lr_schedule`, tuner's "constant" warms up when warmup_steps is set)."""
+    (runtime/optim.py: `lr_schedule`, tuner's "constant" warms up when warmup_steps is set;
+    ``training`` gives polynomial its lr_end and lr_power)."""
     if kind not in FORMULAS:  # the rarer schedules: transformers' own code
-        return _lrs_from_transformers(kind, lr, warmup, total, n)
+        return _lrs_from_transformers(kind, lr, warmup, total, n, training)
     total = max(1, total)
     out = []
     for step in range(n):  # the scheduler's count when step + 1 runs
@@ -62,13 +64,13 @@ def planned_lrs(kind: str, lr: float, warmup: int, total: int, n: int) -> list[f
     return out
 
 
-def _lrs_from_transformers(kind: str, lr: float, warmup: int, total: int, n: int) -> list[float]:
+def _lrs_from_transformers(kind: str, lr: float, warmup: int, total: int, n: int, training: Any = None) -> list[float]:
     import torch
 
     from ..optim import lr_schedule
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
-    sched = lr_schedule(kind, opt, warmup, total)
+    sched = lr_schedule(kind, opt, warmup, total, training)
     out = []
     for _ in range(n):
         out.append(float(opt.param_groups[0]["lr"]))
