@@ -348,3 +348,12 @@ def test_context_parallel_is_standalone_only_without_the_yamls_fsdp(order, tmp_p
     assert result.ok, [d.format() for d in result.diagnostics.errors]
     assert result.plan.strategy == "fsdp2" and not result.settings.context_parallel.standalone
     assert result.settings.context_parallel.size == 2
+
+
+def test_a_polynomial_schedule_ending_above_its_start_is_refused_at_compile(tmp_path):
+    """Unset, SimpleTuner's learning_rate and lr_end are both 4e-7: its polynomial schedule (and
+    transformers') refuses that at the first step; the compile says so, naming training.lr_end."""
+    source = tmp_path / "config.toml"
+    source.write_text((DATA / "fsdp2-full.toml").read_text().replace('"--learning_rate" = 1e-4', ""))
+    result = compile_text(to_toml(import_files([source])), path=tmp_path / "settings.toml")
+    assert [d.key for d in result.diagnostics.errors] == ["training.lr_end"]
