@@ -18,6 +18,12 @@ import json
 import sys
 from typing import Any
 
+#: The fields whose defaults `tuner import` carries for a file that leaves them unset.
+DEFAULTED = ("per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "weight_decay",
+             "max_grad_norm", "warmup_steps", "lr_scheduler_type", "optim", "seed", "gradient_checkpointing",
+             "activation_checkpointing", "logging_steps", "num_train_epochs", "max_steps", "save_strategy",
+             "save_steps", "save_total_limit")
+
 
 class _Refused(Exception):
     pass
@@ -61,7 +67,9 @@ def parse(data: dict[str, Any]) -> dict[str, Any]:
                 and value == raw):
             value = raw  # 50 stays 50 where the field is a float (save_steps, num_train_epochs)
         values[key] = value
-    return {"values": values, "unknown": [k for k in data if k not in fields]}
+    # what the Trainer trains with where the file is silent (the parser's own defaults)
+    defaults = {key: getattr(namespace, key) for key in DEFAULTED if key in fields and key not in data}
+    return {"values": values, "unknown": [k for k in data if k not in fields], "defaults": defaults}
 
 
 def main() -> int:
