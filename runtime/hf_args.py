@@ -69,7 +69,26 @@ def parse(data: dict[str, Any]) -> dict[str, Any]:
         values[key] = value
     # what the Trainer trains with where the file is silent (the parser's own defaults)
     defaults = {key: getattr(namespace, key) for key in DEFAULTED if key in fields and key not in data}
-    return {"values": values, "unknown": [k for k in data if k not in fields], "defaults": defaults}
+    answer = {"values": values, "unknown": [k for k in data if k not in fields], "defaults": defaults}
+    if values.get("fsdp"):
+        answer["fsdp_plugin_args"] = fsdp_plugin_args(values["fsdp"], values.get("fsdp_config"))
+    return answer
+
+
+def fsdp_plugin_args(fsdp: Any, fsdp_config: Any) -> dict[str, Any]:
+    """The FSDP plugin arguments the Trainer builds from the file's `fsdp` and `fsdp_config`
+    (`TrainingArguments(...).fsdp_plugin_args`, what it hands accelerate's
+    FullyShardedDataParallelPlugin): its defaults for the keys the file leaves unset included. Only
+    these two fields are given, so no GPU check of `__post_init__` is involved."""
+    import tempfile
+    import warnings
+
+    from transformers import TrainingArguments
+
+    with tempfile.TemporaryDirectory() as scratch, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        args = TrainingArguments(output_dir=scratch, fsdp=fsdp, fsdp_config=fsdp_config)
+    return dict(args.fsdp_plugin_args or {})
 
 
 def main() -> int:

@@ -34,9 +34,10 @@ def _steps(key: str, value: Any, target: str, src: str, out: Imported) -> None:
 
 def carry(data: dict[str, Any], defaults: dict[str, Any], path: Path, out: Imported) -> None:
     from . import deepspeed
-    from .hf_trainer import SIMPLE, _fsdp, _is_fsdp
+    from .hf_trainer import PLUGIN, SIMPLE, _fsdp, _is_fsdp, fsdp_from_plugin
 
     src = path.name
+    plugin = data.pop(PLUGIN, None) if PLUGIN in data else None
     filled = {k: v for k, v in defaults.items() if k not in data}
     if "activation_checkpointing" in data:  # transformers 5's name; the deprecated one follows it
         filled.pop("gradient_checkpointing", None)
@@ -72,7 +73,10 @@ def carry(data: dict[str, Any], defaults: dict[str, Any], path: Path, out: Impor
     _saving(data, src, out)
     cpu = data.get("use_cpu") is True or data.get("no_cuda") is True
     out.set(K.HARDWARE_PLATFORM, "cpu" if cpu else "cuda", src)
-    if _is_fsdp(data.get("fsdp")):
+    if isinstance(plugin, dict):  # the plugin the Trainer itself builds from fsdp and fsdp_config
+        config = data.get("fsdp_config") if isinstance(data.get("fsdp_config"), dict) else {}
+        fsdp_from_plugin(plugin, {k.removeprefix("fsdp_"): v for k, v in config.items()}, src, out)
+    elif _is_fsdp(data.get("fsdp")):
         _fsdp(data["fsdp"], data.get("fsdp_config") or {}, src, out)
     ds = data.get("deepspeed")
     if isinstance(ds, dict) and ds:
