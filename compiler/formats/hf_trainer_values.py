@@ -17,6 +17,22 @@ from typing import Any
 from ..keys import paths as K
 from .base import Imported, ImportRefused
 
+#: TrainingArguments keys -> tuner's settings paths.
+SIMPLE = {
+    "per_device_train_batch_size": K.TRAINING_MICRO_BATCH_SIZE,
+    "gradient_accumulation_steps": K.TRAINING_GRADIENT_ACCUMULATION_STEPS,
+    "learning_rate": K.TRAINING_LEARNING_RATE,
+    "weight_decay": K.TRAINING_WEIGHT_DECAY,
+    "max_grad_norm": K.TRAINING_MAX_GRAD_NORM,
+    "warmup_steps": K.TRAINING_WARMUP_STEPS,
+    "warmup_ratio": K.TRAINING_WARMUP_RATIO,
+    "lr_scheduler_type": K.TRAINING_LR_SCHEDULER,
+    "optim": K.TRAINING_OPTIMIZER,
+    "seed": K.TRAINING_SEED,
+    "gradient_checkpointing": K.TRAINING_GRADIENT_CHECKPOINTING,
+    "output_dir": K.OUTPUT_DIR,
+}
+
 
 def _whole(value: Any) -> Any:
     """transformers 5 parses step counts (`logging_steps`, `save_steps`) as floats: 5.0 is 5."""
@@ -34,7 +50,7 @@ def _steps(key: str, value: Any, target: str, src: str, out: Imported) -> None:
 
 def carry(data: dict[str, Any], defaults: dict[str, Any], path: Path, out: Imported) -> None:
     from . import deepspeed
-    from .hf_trainer import PLUGIN, SIMPLE, _fsdp, _is_fsdp, fsdp_from_plugin
+    from .hf_trainer_fsdp import PLUGIN, _fsdp, _is_fsdp, fsdp_from_plugin
 
     src = path.name
     plugin = data.pop(PLUGIN, None) if PLUGIN in data else None
@@ -74,7 +90,8 @@ def carry(data: dict[str, Any], defaults: dict[str, Any], path: Path, out: Impor
     cpu = data.get("use_cpu") is True or data.get("no_cuda") is True
     out.set(K.HARDWARE_PLATFORM, "cpu" if cpu else "cuda", src)
     if isinstance(plugin, dict):  # the plugin the Trainer itself builds from fsdp and fsdp_config
-        config = data.get("fsdp_config") if isinstance(data.get("fsdp_config"), dict) else {}
+        raw = data.get("fsdp_config")
+        config: dict[str, Any] = raw if isinstance(raw, dict) else {}
         fsdp_from_plugin(plugin, {k.removeprefix("fsdp_"): v for k, v in config.items()}, src, out)
     elif _is_fsdp(data.get("fsdp")):
         _fsdp(data["fsdp"], data.get("fsdp_config") or {}, src, out)

@@ -27,6 +27,7 @@ from typing import Any
 from ..keys import paths as K
 from . import llm_meaning
 from .base import Imported, ImportRefused
+from .hf_trainer_values import SIMPLE
 from .trainer_data import axolotl_data, llamafactory_data
 
 AXOLOTL_MARKS = {"base_model", "micro_batch_size", "sequence_len", "datasets", "adapter"}
@@ -247,7 +248,7 @@ def read_llamafactory(data: dict[str, Any], path: Path, out: Imported) -> None:
             out.set(LLAMAFACTORY[key], _number(value), src)
         elif key == "deepspeed":
             continue  # below, found the way LLaMA-Factory finds it (from the repository root)
-        elif key in hf_trainer.SIMPLE or key in ("bf16", "fp16", "max_steps", "num_train_epochs", "save_steps",
+        elif key in SIMPLE or key in ("bf16", "fp16", "max_steps", "num_train_epochs", "save_steps",
                                                   "save_strategy", "save_total_limit", "output_dir", "fsdp",
                                                   "fsdp_config", "logging_steps", "activation_checkpointing"):
             rest[key] = _number(value)  # TrainingArguments, the Trainer's FSDP list and fsdp_config among them

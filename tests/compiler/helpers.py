@@ -6,3 +6,12 @@ and the command judge builds with the same code.
 
 from __future__ import annotations
 
+from tuner.compiler.artefacts.verify import (
+    accelerate_filled,
+    accelerate_launch_env,
+    init_deepspeed_comm,
+    load_accelerate,
+    parse_deepspeed,
+    pretend_cuda,
+    verify_build,
+)
