@@ -80,15 +80,21 @@ def fsdp_plugin_args(fsdp: Any, fsdp_config: Any) -> dict[str, Any]:
     (`TrainingArguments(...).fsdp_plugin_args`, what it hands accelerate's
     FullyShardedDataParallelPlugin): its defaults for the keys the file leaves unset included. Only
     these two fields are given, so no GPU check of `__post_init__` is involved."""
+    import os
     import tempfile
     import warnings
 
     from transformers import TrainingArguments
 
-    with tempfile.TemporaryDirectory() as scratch, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        args = TrainingArguments(output_dir=scratch, fsdp=fsdp, fsdp_config=fsdp_config)
-    return dict(args.fsdp_plugin_args or {})
+    environ = dict(os.environ)  # _process_fsdp_args writes FSDP_CPU_RAM_EFFICIENT_LOADING there
+    try:
+        with tempfile.TemporaryDirectory() as scratch, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            args = TrainingArguments(output_dir=scratch, fsdp=fsdp, fsdp_config=fsdp_config)
+        return dict(args.fsdp_plugin_args or {})
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
 
 
 def main() -> int:

@@ -31,6 +31,7 @@ SIMPLE = {
     "seed": K.TRAINING_SEED,
     "gradient_checkpointing": K.TRAINING_GRADIENT_CHECKPOINTING,
     "output_dir": K.OUTPUT_DIR,
+    "dataloader_num_workers": K.DATA_NUM_WORKERS,
 }
 
 
@@ -54,7 +55,8 @@ def carry(data: dict[str, Any], defaults: dict[str, Any], path: Path, out: Impor
 
     src = path.name
     plugin = data.pop(PLUGIN, None) if PLUGIN in data else None
-    filled = {k: v for k, v in defaults.items() if k not in data}
+    # None is "unset" for the Trainer too (gradient_checkpointing: off), except save_total_limit's (keep all)
+    filled = {k: v for k, v in defaults.items() if k not in data and (v is not None or k == "save_total_limit")}
     if "activation_checkpointing" in data:  # transformers 5's name; the deprecated one follows it
         filled.pop("gradient_checkpointing", None)
         data = {**data, "gradient_checkpointing": data["activation_checkpointing"]}

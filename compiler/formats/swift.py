@@ -152,10 +152,11 @@ def read(data: dict[str, Any], path: Path, out: Imported) -> None:
         out.remarks.append(f"{src}: gradient_accumulation_steps unset: ms-swift uses ceil(16 / batch / world size); "
                            f"imported as {d['gradient_accumulation_steps']} for one process: divide it by "
                            "hardware.num_processes when you set that")
+    unset = "adam_beta2" not in d
     beta2 = d.pop("adam_beta2", 0.95)
     if float(beta2) != 0.999:
-        out.remarks.append(f"{src}: adam_beta2 {beta2} (ms-swift's default is 0.95): tuner's AdamW uses torch's "
-                           "beta2 0.999; not carried")
+        whose = " (unset: ms-swift's default)" if unset else ""
+        out.remarks.append(f"{src}: adam_beta2 {beta2}{whose}: tuner's AdamW uses torch's beta2 0.999; not carried")
     ds = d.get("deepspeed")
     if isinstance(ds, str) and ds in swift_deepspeed.NAMES:
         d["deepspeed"] = swift_deepspeed.config(ds)

@@ -175,3 +175,26 @@ def swift(cfg: dict[str, Any], d: dict[str, Any]) -> Expect:
         e["model.lora_target_modules"] = ([t] if isinstance(t, str) else t, "target_modules")
     _hf({k: v for k, v in cfg.items() if k != "bf16"}, d, e)
     return e
+
+
+def trainer(cfg: dict[str, Any], d: dict[str, Any]) -> Expect:
+    """A TrainingArguments file: the Trainer's reading, its defaults for the rest (transformers'
+    training_args.py; `d` read from the installed parser)."""
+    e: Expect = {"training.gradient_checkpointing": (bool(cfg.get("gradient_checkpointing")), "gradient_checkpointing")}
+    _hf(cfg, d, e)
+    return e
+
+
+def trainer_fsdp_plugin(output_dir: str, fsdp: Any, fsdp_config: Any = None) -> dict[str, Any]:
+    """`TrainingArguments(...).fsdp_plugin_args`, the Trainer's own plugin arguments, built without
+    leaking the environment variable `_process_fsdp_args` sets (FSDP_CPU_RAM_EFFICIENT_LOADING)."""
+    import os
+
+    from transformers import TrainingArguments
+
+    environ = dict(os.environ)
+    try:
+        return dict(TrainingArguments(output_dir=output_dir, fsdp=fsdp, fsdp_config=fsdp_config).fsdp_plugin_args)
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)

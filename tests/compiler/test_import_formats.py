@@ -91,11 +91,10 @@ def test_hf_trainer_fsdp_json_maps_fsdp_and_fsdp_config(tmp_path):
     imported, text, result, cfg = _compile([DATA / "formats/hf_trainer_fsdp.json"], tmp_path)
     f = cfg["fsdp_config"]
     # judged as the Trainer builds its plugin (issue 34 item 5): this transformers' own defaults
-    from transformers import TrainingArguments
+    from tests.compiler.fidelity_expect import trainer_fsdp_plugin
 
     source = json.loads((DATA / "formats/hf_trainer_fsdp.json").read_text())
-    theirs = TrainingArguments(output_dir=str(tmp_path / "o"), fsdp=source["fsdp"],
-                               fsdp_config=source["fsdp_config"]).fsdp_plugin_args
+    theirs = trainer_fsdp_plugin(str(tmp_path / "o"), source["fsdp"], source["fsdp_config"])
     assert cfg["distributed_type"] == "FSDP" and f["fsdp_version"] == theirs["fsdp_version"]
     assert f["fsdp_auto_wrap_policy"] == theirs["auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
     assert f["fsdp_transformer_layer_cls_to_wrap"] == theirs["transformer_cls_names_to_wrap"] == "LlamaDecoderLayer"

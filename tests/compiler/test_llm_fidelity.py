@@ -12,6 +12,7 @@ files pass whether or not the compile still refuses that pair. In-process, no ra
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import tomllib
@@ -126,6 +127,19 @@ def test_llamafactory_config_trains_what_llamafactory_trains(path, tmp_path, tra
 @pytest.mark.parametrize("path", SWIFT_FILES, ids=[_id(p) for p in SWIFT_FILES])
 def test_ms_swift_config_trains_what_ms_swift_trains(path, tmp_path, trainer_defaults):
     _judge(path, tmp_path, lambda cfg: expect.swift(cfg, trainer_defaults))
+
+
+TRAINER_FILES = sorted((DATA / "formats").glob("hf_trainer_*.json"))
+
+
+@pytest.mark.parametrize("path", TRAINER_FILES, ids=[p.name for p in TRAINER_FILES])
+def test_hf_trainer_args_train_what_the_trainer_trains(path, tmp_path, trainer_defaults):
+    """TrainingArguments files (constructed, tests/compiler/data/PROVENANCE.md): unset keys are the
+    Trainer's defaults (batch 8, 5e-5, linear, 3 epochs, every 500 steps...), not tuner's."""
+    _judge(path, tmp_path, lambda cfg: expect.trainer(cfg, trainer_defaults))
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"per_device_train_batch_size": 2, "lr_scheduler_type": "cosine"}))
+    _judge(bare, tmp_path, lambda cfg: expect.trainer(cfg, trainer_defaults))
 
 
 def test_corpus_sizes():

@@ -24,6 +24,7 @@ from tuner.compiler import compile_text
 from tuner.compiler.formats import detect, swift_deepspeed
 from tuner.compiler.formats.importer import ImportRefused, import_files, to_toml
 
+from tests.compiler.fidelity_expect import trainer_fsdp_plugin
 from tests.conftest import REPO, run_tuner
 
 DATA = REPO / "tests" / "compiler" / "data"
@@ -79,15 +80,13 @@ def test_ms_swift_versions_are_recognised_and_1x_read_with_1x_defaults(tmp_path)
 def test_llamafactory_fsdp_list_is_fsdp_as_the_trainer_builds_it(tmp_path):
     """LLaMA-Factory's fp8 example is refused for fp8; the same file without its fp8 keys compiles
     as FSDP (it used to compile as DDP), the plugin the Trainer builds from its `fsdp` list."""
-    from transformers import TrainingArguments
-
     fp8 = LF / "extras" / "fp8" / "llama3_fp8_fsdp_sft.yaml"
     with pytest.raises(ImportRefused, match="fp8 = True is fp8 training"):
         import_files([fp8])
     source = tmp_path / fp8.name
     source.write_text("".join(line for line in fp8.read_text().splitlines(True) if not line.startswith("fp8")))
     cfg = yaml.safe_load(source.read_text())
-    theirs = TrainingArguments(output_dir=str(tmp_path / "o"), fsdp=cfg["fsdp"]).fsdp_plugin_args
+    theirs = trainer_fsdp_plugin(str(tmp_path / "o"), cfg["fsdp"])
     result = compile_text(to_toml(import_files([source])), path=tmp_path / "settings.toml")
     assert result.ok, [d.format() for d in result.diagnostics.errors]
     assert result.plan.strategy.startswith("fsdp")
@@ -103,15 +102,12 @@ def test_axolotl_fsdp_v1_is_the_trainers_plugin(path, tmp_path):
     sync_module_states as true when unset (TrainingArguments._process_fsdp_args); the real file sets
     both, the same file with both removed must import them true. full_shard beside
     reshard_after_forward = true, never false (a contradiction inside one artefact)."""
-    from transformers import TrainingArguments
-
     cfg = yaml.safe_load(path.read_text())
     for drop in ((), ("fsdp_use_orig_params", "fsdp_sync_module_states")):
         fsdp_config = {k: v for k, v in cfg["fsdp_config"].items() if k not in drop}
         source = tmp_path / f"{len(drop)}-{path.name}"
         source.write_text(yaml.safe_dump({**cfg, "fsdp_config": fsdp_config}))
-        theirs = TrainingArguments(output_dir=str(tmp_path / "o"), fsdp=" ".join(cfg["fsdp"]),
-                                   fsdp_config={**fsdp_config, "version": 1}).fsdp_plugin_args
+        theirs = trainer_fsdp_plugin(str(tmp_path / "o"), " ".join(cfg["fsdp"]), {**fsdp_config, "version": 1})
         ours = _toml([source])["fsdp"]
         assert ours["version"] == theirs["fsdp_version"] == 1
         assert (ours["use_orig_params"], ours["sync_module_states"]) == (theirs["use_orig_params"],
