@@ -107,7 +107,7 @@ class CheckpointSettings:
         0, aliases=("checkpointing_steps", "save_steps"), minimum=0, order=1,
         help="Save a checkpoint every N optimizer steps (0: never during training).")
     every_epochs: int = setting(
-        0, minimum=0, order=3,
+        0, minimum=0,
         help="Save a checkpoint at the end of every N epochs (0: never; beside every_steps, both apply). "
              "The HF Trainer's save_strategy \"epoch\" is 1.")
     keep_last: int = setting(
