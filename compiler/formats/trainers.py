@@ -175,8 +175,8 @@ def read_axolotl(data: dict[str, Any], path: Path, out: Imported) -> None:
 
 
 def _optimizer(name: Any, src: str, out: Imported, other: dict[str, Any]) -> None:
-    """The Trainer's AdamW variants (torch, fused, 8-bit, paged) are AdamW's update rule; any
-    other optimizer is listed, not imported (tuner trains with AdamW, Adam or SGD)."""
+    """The Trainer's AdamW variants (torch, fused, 8-bit, paged) are AdamW's update rule, its Lion
+    variants Lion's; any other optimizer is refused naming it (it changes what is trained)."""
     if not isinstance(name, str) or not name:
         return
     low = name.lower()
@@ -186,8 +186,12 @@ def _optimizer(name: Any, src: str, out: Imported, other: dict[str, Any]) -> Non
             out.remarks.append(f"{src}: optimizer {name} imported as adamw (the variant changes memory, not the update rule)")
     elif low in ("adam", "sgd"):
         out.set(K.TRAINING_OPTIMIZER, low, src)
+    elif low.startswith("lion"):
+        out.set(K.TRAINING_OPTIMIZER, "lion", src)  # lion_8bit / lion_32bit: Lion's update rule
+        out.remarks.append(f"{src}: optimizer {name} imported as lion (the variant changes memory, not the update rule)")
     else:
-        other["optimizer"] = name
+        llm_meaning.refuse(src, "optimizer", name, "an optimizer tuner does not train with (it trains AdamW, Adam, "
+                           "SGD, Lion or Prodigy)")
 
 
 def _axolotl_fsdp(data: dict[str, Any], src: str, out: Imported) -> None:

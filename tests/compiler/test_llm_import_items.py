@@ -132,7 +132,7 @@ def test_logging_steps_parsed_as_a_float_compiles(tmp_path, steps):
         assert any("logging_steps 0.1 is a ratio" in r for r in imported.remarks)
 
 
-def test_no_model_path_is_refused_naming_the_key(tmp_path):
+def test_no_model_path_or_an_unknown_optimizer_is_refused_naming_the_key(tmp_path):
     """axolotl without base_model: exit 1, the key named, nothing written (no toy model compiled)."""
     original = DATA / "fidelity3" / "axolotl-ai-cloud__axolotl" / "examples" / "LiquidAI" / "lfm2-350m-fft.yaml"
     source = tmp_path / "no-model.yaml"
@@ -142,6 +142,9 @@ def test_no_model_path_is_refused_naming_the_key(tmp_path):
     proc = run_tuner("import", str(source), "-o", str(out))
     assert proc.returncode == 1 and "set base_model" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists()
+    source.write_text(original.read_text().replace("optimizer: adamw_torch_fused", "optimizer: adafactor"))
+    with pytest.raises(ImportRefused, match="optimizer = 'adafactor' is an optimizer tuner does not train"):
+        import_files([source])  # it used to be listed at the end of the file while AdamW trained
     lf = tmp_path / "lf.yaml"
     lf.write_text("stage: sft\nfinetuning_type: lora\ntemplate: qwen3\ncutoff_len: 1024\n")
     with pytest.raises(ImportRefused, match="set model_name_or_path"):
