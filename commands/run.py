@@ -108,6 +108,10 @@ def _check_trainable(arts) -> None:
         raise RunError(f"tuner run does not load a {s.model.base_precision!r} base model (model.base_precision); "
                        "set it to 'no_change', or 'nf4-bnb' for QLoRA, or train with the trainer that does (e.g. SimpleTuner)",
                        exit_code=EXIT_INVALID)
+    if s.training.optimizer_in_backward:
+        raise RunError("tuner run steps the optimizer after backward, not in gradient hooks "
+                       "(training.optimizer_in_backward); set it to false, or train with the trainer that does "
+                       "(torchtune, SimpleTuner)", exit_code=EXIT_INVALID)
     if s.context_parallel.standalone and s.context_parallel.size > 1:
         raise RunError("tuner run does not implement standalone context parallelism (without FSDP2); "
                        "run the trainer that does (e.g. SimpleTuner) with these artefacts, or set fsdp.enabled = true, "

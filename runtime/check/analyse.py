@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ...compiler.plan.strategy import Strategy
+from . import samples
 from .findings import Finding, fault, ok, skipped
 from .planned import memory, schedule
 
@@ -154,6 +155,17 @@ def _zero_partition(strategy: Strategy, world: int, runs) -> list[Finding]:
 def _data(arts, runs) -> list[Finding]:
     if len(runs) < 2:
         return [skipped("data-sharded", "all", "one rank on this machine")]
+    by_identity = samples.judge(runs, arts.plan.world_size)
+    if by_identity and by_identity[0].status == "fault":
+        return by_identity
+    by_batches = _same_batches(runs)
+    if by_identity and by_batches[0].status != "fault":
+        return by_identity
+    return by_batches
+
+
+def _same_batches(runs) -> list[Finding]:
+    """The first batches' fingerprints (data without an index: iterable data sets)."""
     seen: dict[str, int] = {}
     for r, run in sorted(runs.items()):
         for b in run["batches"]:

@@ -16,6 +16,7 @@ CHECKS: dict[str, tuple[str, str]] = {
     "build": ("launch", "the build directory loads and its artefacts are as compiled"),
     "same-build": ("launch", "every machine has the same build (manifest hash)"),
     "versions": ("launch", "tuner/torch/accelerate/deepspeed/transformers as compiled, the same on every machine"),
+    "known-faults": ("launch", "no known silent fault of the plan (the compiler's table: versions, LoRA/FSDP2, ...)"),
     "script": ("launch", "the training script (or module) exists on every machine"),
     "model-path": ("launch", "model.path exists on every machine"),
     "data-path": ("launch", "data.path and data.validation_path exist on every machine"),

@@ -25,7 +25,7 @@ import os
 import time
 from typing import Any
 
-from . import tensors
+from . import samples, tensors
 from .tensors import checksum, fingerprint, local, model_facts
 
 DIR_ENV, STEPS_ENV = "TUNER_CHECK_DIR", "TUNER_CHECK_STEPS"
@@ -198,6 +198,7 @@ def install() -> None:
 
     register_optimizer_step_pre_hook(_pre_step)
     register_optimizer_step_post_hook(_post_step)
+    samples.install(_run, _safe)
 
 
 @_safe
@@ -244,7 +245,7 @@ def _note_prepared(run, items, acc) -> None:
 def _forward_hook(run):
     @_safe
     def hook(module, args, kwargs):
-
+        samples.feeding(module)
         if len(run["batches"]) < BATCHES:
             fp = fingerprint([args, kwargs])
             if fp is not None:

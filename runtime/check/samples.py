@@ -1,0 +1,153 @@
+"""Which samples each rank reads (`data-sharded`, decided from sample identity).
+
+The observer (observer.py) wraps torch's DataLoader iterators: for every iterator it notes
+which dataset it reads (its length and a hash of its first and last sample: two ranks that
+build the same data, from the same file or the same seed, have the same identity), how many
+samples one epoch gives this rank (the index sampler's length x its batch size: a loader that
+went through `accelerator.prepare` or a `DistributedSampler` gives about 1/world of them),
+and the indices it fetched first. A loader counts when its batch reaches a prepared model's
+forward in training (grad on, model.train()): evaluation loaders and a script's own
+reference loops are not judged.
+
+`judge` compares the ranks: the same dataset read whole by every rank (each rank iterates
+every sample, whatever the shuffle or seed: the world trains on one rank's worth), or
+sharded twice (a `DistributedSampler` loader passed to `prepare` again: each rank reads
+1/world^2, the rest is never seen).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+from .findings import Finding, fault, ok
+
+INDICES = 256  # indices noted per iterator (the first batches)
+_iters: dict[int, dict[str, Any]] = {}  # id(iterator) -> its record
+_last: list[dict[str, Any]] = []  # the record whose batch was fetched last
+_get_run: list[Callable[[], dict]] = []
+
+
+def install(get_run: Callable[[], dict], safe) -> None:
+    """Wrap DataLoader iteration; `get_run` returns the observer's current run."""
+    from torch.utils.data import dataloader
+
+    _get_run.append(get_run)
+    original = dataloader._BaseDataLoaderIter._next_index
+
+    def _next_index(self):
+        index = original(self)
+        safe(_note)(self, index)
+        return index
+
+    dataloader._BaseDataLoaderIter._next_index = _next_index  # type: ignore[method-assign]
+
+
+def _note(it, index) -> None:
+    rec = _iters.get(id(it))
+    if rec is None or rec["it"] is not it:
+        rec = {"it": it, "facts": _facts(it)}
+        _iters[id(it)] = rec
+        _get_run[0]().setdefault("loaders", []).append(rec["facts"])
+    facts = rec["facts"]
+    got = facts["indices"]
+    if len(got) < INDICES:
+        flat = index if isinstance(index, (list, tuple)) else [index]
+        got += [int(i) for i in flat if isinstance(i, int)][: INDICES - len(got)]
+    _last[:] = [facts]
+
+
+def _facts(it) -> dict[str, Any]:
+    dataset, sampler = it._dataset, it._index_sampler
+    facts: dict[str, Any] = {"dataset": None, "length": None, "epoch_samples": None, "indices": [], "train": False,
+                             "samplers": _sampler_chain(sampler)}
+    try:
+        n = len(dataset)
+        facts["length"] = n
+        facts["dataset"] = f"{n}:{_sample_hash(dataset[0])}:{_sample_hash(dataset[n - 1])}" if n else None
+    except Exception:  # noqa: BLE001 - an iterable or unsized dataset: no identity by index
+        pass
+    try:
+        batch = int(getattr(sampler, "batch_size", None) or 1)
+        if getattr(sampler, "split_batches", False):  # accelerate's split_batches: each rank takes a slice
+            batch = max(1, batch // max(1, int(getattr(sampler, "num_processes", 1))))
+        facts["epoch_samples"] = len(sampler) * batch
+    except Exception:  # noqa: BLE001 - an infinite sampler
+        pass
+    return facts
+
+
+def _sampler_chain(sampler) -> list[str]:
+    out = []
+    for _ in range(4):
+        if sampler is None:
+            break
+        out.append(type(sampler).__name__)
+        sampler = getattr(sampler, "batch_sampler", None) or getattr(sampler, "sampler", None)
+    return out
+
+
+def _sample_hash(value) -> str:
+    h = hashlib.sha1()
+
+    def walk(v):
+        if hasattr(v, "detach"):
+            h.update(v.detach().float().cpu().contiguous().numpy().tobytes())
+        elif hasattr(v, "tobytes"):
+            h.update(v.tobytes())
+        elif isinstance(v, dict):
+            for k in sorted(v, key=str):
+                h.update(str(k).encode())
+                walk(v[k])
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        else:
+            h.update(repr(v).encode())
+
+    walk(value)
+    return h.hexdigest()[:12]
+
+
+def feeding(module) -> None:
+    """A prepared model's forward: the last fetched batch trains when grad is on."""
+    import torch
+
+    if _last and torch.is_grad_enabled() and getattr(module, "training", False):
+        _last[0]["train"] = True
+
+
+def judge(runs: dict[int, dict], world: int) -> list[Finding] | None:
+    """Findings from the training loaders' sample identities, or None when no rank's training
+    loader has a sized dataset (the batch fingerprints decide then)."""
+    per_rank = {r: [f for f in run.get("loaders") or [] if f["train"] and f["dataset"]] for r, run in runs.items()}
+    datasets = {f["dataset"] for fs in per_rank.values() for f in fs}
+    if not datasets or len(runs) < 2:
+        return None
+    for ds in sorted(datasets):
+        mine = {r: next(f for f in fs if f["dataset"] == ds) for r, fs in per_rank.items()
+                if any(f["dataset"] == ds for f in fs)}
+        if len(mine) < 2:
+            continue
+        n = next(iter(mine.values()))["length"]
+        epochs = {r: f["epoch_samples"] for r, f in mine.items() if f["epoch_samples"] is not None}
+        where = ", ".join(f"rank {r}" for r in sorted(mine))
+        if len(epochs) == len(mine) and all(e >= n for e in epochs.values()):
+            shared = set.intersection(*(set(f["indices"]) for f in mine.values()))
+            also = f"; both read sample #{min(shared)} in their first batches" if shared else ""
+            return [fault("data-sharded", where, f"every rank reads all {n:,} samples of the same data set in one epoch "
+                          f"(each rank's loader gives {min(epochs.values()):,} per epoch{also}): the world trains on one "
+                          "rank's worth of data, each sample once per rank, whatever the shuffle or seed",
+                          "pass the DataLoader to accelerator.prepare (it shards by rank and keeps one shuffle order "
+                          "on every rank), or give it a DistributedSampler(num_replicas=world, rank=rank)")]
+        chains = [c for f in mine.values() for c in f["samplers"]]
+        if len(epochs) == len(mine) and sum(epochs.values()) < 0.75 * n and "DistributedSampler" in chains \
+                and "BatchSamplerShard" in chains:
+            return [fault("data-sharded", where, f"the ranks together read {sum(epochs.values()):,} of the {n:,} "
+                          f"samples per epoch: a DistributedSampler's loader was passed to accelerator.prepare, which "
+                          f"shards it again (each rank reads about 1/{world * world})",
+                          "drop the DistributedSampler (accelerator.prepare shards the loader), or do not prepare a "
+                          "loader you sharded yourself")]
+    return [ok("data-sharded", "all", f"each rank reads its own share of the training data ({len(datasets)} data "
+               "set(s), by sample identity)")]
