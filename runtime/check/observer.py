@@ -25,7 +25,7 @@ import os
 import time
 from typing import Any
 
-from . import samples, tensors
+from . import samples, saves, tensors
 from .tensors import checksum, fingerprint, local, model_facts
 
 DIR_ENV, STEPS_ENV = "TUNER_CHECK_DIR", "TUNER_CHECK_STEPS"
@@ -146,6 +146,7 @@ def install() -> None:
     def __init__(self, *args, **kwargs):
         _mark("accelerator")
         init(self, *args, **kwargs)
+        saves.watch_diffusers_ema(_safe)
         run = _new_run(self)
         _runs.append(run)
         _accelerators[len(_runs) - 1] = self
@@ -199,6 +200,7 @@ def install() -> None:
     register_optimizer_step_pre_hook(_pre_step)
     register_optimizer_step_post_hook(_post_step)
     samples.install(_run, _safe)
+    saves.install(_run, _safe)
 
 
 @_safe
@@ -247,6 +249,7 @@ def _forward_hook(run):
     def hook(module, args, kwargs):
         samples.feeding(module)
         if len(run["batches"]) < BATCHES:
+            samples.packing(run, kwargs)
             fp = fingerprint([args, kwargs])
             if fp is not None:
                 run["batches"].append(fp[0])

@@ -49,10 +49,14 @@ def _cause(arts, got: list[float]) -> tuple[str, str]:
         if _same(got, planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps, t.max_steps, n + 1)[1:]):
             return ("the scheduler steps before the optimizer (scheduler.step() comes first), so every step runs at "
                     "the next step's lr", "call scheduler.step() after optimizer.step()")
-        speeds = [world, accum, world * accum, *(1 / k for k in (2, 3, 4, 8, 16)), 2, 3, 4, 8, 16]
-        for r in dict.fromkeys(x for x in speeds if x != 1):
-            if _same(got, planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps / r, t.max_steps / r, n)):
+        # r scheduler steps per optimizer step (from any start), or a schedule 1/r as long
+        for r in dict.fromkeys(x for x in (world, accum, world * accum, 2, 3, 4, 8, 16) if x > 1):
+            every = planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps, t.max_steps, n * r + r)
+            if any(_same(got, every[o::r][:n]) for o in range(r)):
                 return _speed_cause(r, world, accum)
+        for k in (2, 3, 4, 8, 16):
+            if _same(got, planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps * k, t.max_steps * k, n)):
+                return _speed_cause(1 / k, world, accum)
     return ("the script's scheduler does not follow the settings' schedule",
             "build the scheduler from the settings' lr_scheduler, warmup_steps and max_steps, and step it once per "
             "optimizer step")

@@ -21,7 +21,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from .findings import Finding, fault, ok
+from .findings import Finding, fault, ok, skipped
 
 INDICES = 256  # indices noted per iterator (the first batches)
 _iters: dict[int, dict[str, Any]] = {}  # id(iterator) -> its record
@@ -118,9 +118,41 @@ def feeding(module) -> None:
         _last[0]["train"] = True
 
 
+def packing(run: dict, kwargs: dict) -> None:
+    """A packed batch: position_ids restart inside a row (several documents per row), read over
+    the tokens the attention mask keeps. Notes whether a 2-D attention_mask came with it."""
+    pos, mask = kwargs.get("position_ids"), kwargs.get("attention_mask")
+    if pos is None or not hasattr(pos, "dim") or pos.dim() != 2 or pos.shape[-1] < 2:
+        return
+    has_mask = mask is not None and hasattr(mask, "dim") and mask.dim() == 2 and mask.shape == pos.shape
+    for i in range(min(int(pos.shape[0]), 64)):
+        row = pos[i]
+        if has_mask:
+            row = row[mask[i].bool()]
+        if row.numel() > 1 and bool(((row[1:] - row[:-1]) != 1).any()):
+            run.setdefault("packed", []).append({"attention_mask": bool(has_mask)})
+            return
+
+
+def judge_packing(runs: dict[int, dict]) -> list[Finding]:
+    packed = [(r, p) for r, run in sorted(runs.items()) for p in run.get("packed") or []]
+    if not packed:
+        return [skipped("packing", "all", "no packed rows (position_ids restarting inside a row) reached the model")]
+    masked = [r for r, p in packed if p["attention_mask"]]
+    if masked:
+        return [fault("packing", f"rank {masked[0]}", "the batches pack several documents per row (position_ids restart "
+                      "inside a row) and also pass a 2-D attention_mask: transformers then builds one causal mask over "
+                      "the whole row (it reads document boundaries from position_ids only when attention_mask is None), "
+                      "so every token attends to the documents packed before it",
+                      "drop attention_mask from packed batches and keep position_ids (transformers then masks per "
+                      "document), e.g. DataCollatorWithFlattening or trl's padding_free, or do not pack")]
+    return [ok("packing", "all", "packed rows attend per document (position_ids without an attention_mask)")]
+
+
 def judge(runs: dict[int, dict], world: int) -> list[Finding] | None:
     """Findings from the training loaders' sample identities, or None when no rank's training
-    loader has a sized dataset (the batch fingerprints decide then)."""
+    loader has a sized dataset (the batch fingerprints decide then). `world`: the data-parallel
+    size (the ranks of one context-parallel group read the same samples, by design)."""
     per_rank = {r: [f for f in run.get("loaders") or [] if f["train"] and f["dataset"]] for r, run in runs.items()}
     datasets = {f["dataset"] for fs in per_rank.values() for f in fs}
     if not datasets or len(runs) < 2:
@@ -133,7 +165,7 @@ def judge(runs: dict[int, dict], world: int) -> list[Finding] | None:
         n = next(iter(mine.values()))["length"]
         epochs = {r: f["epoch_samples"] for r, f in mine.items() if f["epoch_samples"] is not None}
         where = ", ".join(f"rank {r}" for r in sorted(mine))
-        if len(epochs) == len(mine) and all(e >= n for e in epochs.values()):
+        if len(epochs) == len(mine) and all(e >= n for e in epochs.values()) and world > 1:
             shared = set.intersection(*(set(f["indices"]) for f in mine.values()))
             also = f"; both read sample #{min(shared)} in their first batches" if shared else ""
             return [fault("data-sharded", where, f"every rank reads all {n:,} samples of the same data set in one epoch "

@@ -35,7 +35,8 @@ SETTINGS_MODEL = {"model": {"path": "model"}, "training": {"learning_rate": 1e-3
 #: build -> (settings sections, control scripts, {fault script: the check that must name it, or
 #: (that check, words its finding must say: the cause)}).
 CATALOGUE = {
-    "ddp": (SETTINGS_MODEL, ["clean.py", "settings_model.py", "plain_loop.py"], {
+    "ddp": (SETTINGS_MODEL, ["clean.py", "settings_model.py", "plain_loop.py", "packed_per_document.py",
+                             "ema_exported.py"], {
         "unprepared_loader.py": "data-sharded", "same_seed_synthetic.py": "data-sharded",
         "model_not_prepared.py": "prepared", "frozen_by_name.py": "trainable", "lr_zero.py": "lr",
         "warmup_int_division.py": "lr", "nan_loss.py": "loss", "zero_mask.py": "grads", "clip_to_zero.py": "grads",
@@ -47,11 +48,14 @@ CATALOGUE = {
         "unprepared_loader_unseeded.py": ("data-sharded", "every rank reads all"),
         "double_sharded.py": ("data-sharded", "shards it again"),
         "scheduler_per_process.py": ("lr", "the scheduler steps once per process"),
-        "schedule_for_8_gpus.py": ("lr", "a world of 8 processes")}),
+        "schedule_for_8_gpus.py": ("lr", "a world of 8 processes"),
+        "packed_cross_document.py": ("packing", "attends to the documents packed before it"),
+        "ema_not_exported.py": ("ema", "no save wrote it")}),
     "fsdp2": ({"fsdp": {"enabled": True, "version": 2, "auto_wrap_policy": "transformer",
-                        "transformer_layer_cls_to_wrap": ["Linear"]}}, ["clean.py"], {
+                        "transformer_layer_cls_to_wrap": ["Linear"]}}, ["clean.py", "clean_save_fsdp2.py"], {
         "fsdp_model_unwrapped.py": "sharding", "dtype_mix_fsdp.py": "dtypes",
-        "optimizer_before_fsdp2.py": ("optimizer-params", "none of them the prepared model's parameters")}),
+        "save_sharded_state_dict.py": ("save", "FSDP2 shards (DTensors)"),
+        "peft_adapter_save_fsdp2.py": ("save", "FSDP2 shards (DTensors)")}),
     "zero2": ({"deepspeed": {"enabled": True, "zero_stage": 2}, "training": {"micro_batch_size": 8}}, ["clean.py"], {
         "ds_batch_mismatch.py": "batch-arithmetic"}),
     "bf16_accum4": ({"training": {"mixed_precision": "bf16", "gradient_accumulation_steps": 4,
