@@ -69,6 +69,7 @@ def _one_run(arts, runs: dict[int, dict], own_trainer: bool) -> list[Finding]:
                   _loss, _lr, _ds_batch, _precision, _dtypes):
         out += check(arts, runs)
     out += samples.judge_packing(runs) + saves.judge(runs) + saves.judge_ema(runs)
+    out += samples.judge_resume(runs, arts.settings.training.gradient_accumulation_steps)
     return out + memory(arts, runs, own_trainer) + schedule(arts, runs, own_trainer)
 
 

@@ -192,6 +192,14 @@ def install() -> None:
             _after_ds_step(run, engine.engine)
         return out
 
+    load_state = Accelerator.load_state
+
+    def load_state_(self, *args, **kwargs):
+        out = load_state(self, *args, **kwargs)
+        _safe(samples.resumed)(_run(), self)
+        return out
+
+    Accelerator.load_state = load_state_
     Accelerator.__init__, Accelerator.backward = __init__, backward_
     for name in ("prepare", "prepare_model", "prepare_optimizer", "prepare_data_loader", "prepare_scheduler"):
         setattr(Accelerator, name, wrap(getattr(Accelerator, name)))

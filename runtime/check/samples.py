@@ -51,6 +51,7 @@ def _note(it, index) -> None:
         _iters[id(it)] = rec
         _get_run[0]().setdefault("loaders", []).append(rec["facts"])
     facts = rec["facts"]
+    facts["fetched"] += 1
     got = facts["indices"]
     if len(got) < INDICES:
         flat = index if isinstance(index, (list, tuple)) else [index]
@@ -61,7 +62,7 @@ def _note(it, index) -> None:
 def _facts(it) -> dict[str, Any]:
     dataset, sampler = it._dataset, it._index_sampler
     facts: dict[str, Any] = {"dataset": None, "length": None, "epoch_samples": None, "indices": [], "train": False,
-                             "samplers": _sampler_chain(sampler)}
+                             "samplers": _sampler_chain(sampler), "fetched": 0, "trained_at": None, "batches": None}
     try:
         n = len(dataset)
         facts["length"] = n
@@ -73,6 +74,7 @@ def _facts(it) -> dict[str, Any]:
         if getattr(sampler, "split_batches", False):  # accelerate's split_batches: each rank takes a slice
             batch = max(1, batch // max(1, int(getattr(sampler, "num_processes", 1))))
         facts["epoch_samples"] = len(sampler) * batch
+        facts["batches"] = len(sampler)
     except Exception:  # noqa: BLE001 - an infinite sampler
         pass
     return facts
@@ -116,6 +118,48 @@ def feeding(module) -> None:
 
     if _last and torch.is_grad_enabled() and getattr(module, "training", False):
         _last[0]["train"] = True
+        if _last[0]["trained_at"] is None:
+            _last[0]["trained_at"] = _last[0]["fetched"]
+
+
+def resumed(run: dict, acc) -> None:
+    """After `Accelerator.load_state`: the optimizer steps the checkpoint holds, and which
+    loaders existed before (the first training loader after it is judged)."""
+    steps = 0.0
+    for opt in getattr(acc, "_optimizers", []):
+        inner = getattr(opt, "optimizer", opt)
+        for state in getattr(inner, "state", {}).values():
+            if isinstance(state, dict) and "step" in state:
+                steps = max(steps, float(state["step"]))
+    run["resumed"] = {"steps": int(steps), "loaders_before": len(run.get("loaders") or [])}
+
+
+def judge_resume(runs: dict[int, dict], accum: int) -> list[Finding]:
+    for r, run in sorted(runs.items()):
+        res = run.get("resumed")
+        if not res:
+            continue
+        after = [f for f in (run.get("loaders") or [])[res["loaders_before"]:] if f["train"] and f["batches"]]
+        if not after or not res["steps"]:
+            return [skipped("resume", f"rank {r}", "resumed, but no training batch (or no optimizer step) to place")]
+        f = after[0]
+        if "SkipBatchSampler" in f["samplers"]:
+            return [ok("resume", f"rank {r}", f"resumed at optimizer step {res['steps']}: the loader skips the batches "
+                       "already trained (skip_first_batches)")]
+        done = res["steps"] * max(1, accum) % f["batches"]
+        ahead = 1 if "BatchSamplerShard" in f["samplers"] else 0  # accelerate's loader fetches one batch ahead
+        skipped = max(0, (f["trained_at"] or 1) - 1 - ahead)  # batches a loop passed over (`continue`)
+        if done and skipped < done:
+            return [fault("resume", f"rank {r}", f"load_state resumed at optimizer step {res['steps']}, {done} batches "
+                          f"into an epoch of {f['batches']} on each rank, but training after it starts at batch {skipped} of "
+                          "the epoch: the epoch starts over (its first batches are trained again, in the order the "
+                          "restored RNG draws, and its last ones never)",
+                          f"skip what the epoch already trained: accelerator.skip_first_batches(dataloader, {done}) for "
+                          "the resumed epoch only, or Accelerator(dataloader_config=DataLoaderConfiguration("
+                          "use_stateful_dataloader=True)), whose save_state/load_state keep the position")]
+        return [ok("resume", f"rank {r}", f"resumed at optimizer step {res['steps']}: the data continues from batch "
+                   f"{done} of {f['batches']}")]
+    return [skipped("resume", "all", "no accelerator.load_state in the rehearsal")]
 
 
 def packing(run: dict, kwargs: dict) -> None:
