@@ -49,9 +49,9 @@ def _build_dir(args) -> int | None:
     build directory is used as it is. Returns an exit code when the compile failed."""
     if not args.build_dir.is_file():
         return None
-    from .run import _compile
+    from .compile_first import compile_settings
 
-    built = _compile(args.build_dir, [])
+    built = compile_settings(args.build_dir, [])
     if isinstance(built, int):
         return built
     args.build_dir = built

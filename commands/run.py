@@ -11,37 +11,14 @@ import sys
 from pathlib import Path
 
 from ..compiler.diagnostics import EXIT_INVALID, EXIT_USAGE
-
-
-def _compile(settings: Path, overrides: list[str]) -> Path | int:
-    from ..compiler import SourceError, compile_file
-    from ..compiler.diagnostics import render_text
-
-    try:
-        result = compile_file(settings, overrides)
-    except SourceError as exc:
-        print(f"{settings}: error: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE if exc.io else EXIT_INVALID
-    problems = [d for d in result.diagnostics.items if d.severity != "note"]
-    if not result.ok:
-        print(render_text(problems), file=sys.stderr)
-        return EXIT_INVALID
-    if problems:
-        print(render_text(problems), file=sys.stderr)
-    try:
-        return result.write()
-    except OSError as exc:
-        from ..compiler.read.files import describe_os_error
-
-        print(f"{result.out_dir}: error: cannot write artefacts: {describe_os_error(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+from .compile_first import compile_settings
 
 
 def run(args) -> int:
     target: Path = args.target
     overrides = list(getattr(args, "overrides", []) or [])
     if target.is_file():
-        built = _compile(target, overrides)
+        built = compile_settings(target, overrides)
         if isinstance(built, int):
             return built
         build_dir = built

@@ -41,7 +41,7 @@ def install(get_run: Callable[[], dict], safe) -> None:
         safe(_note)(self, index)
         return index
 
-    dataloader._BaseDataLoaderIter._next_index = _next_index  # type: ignore[method-assign]
+    dataloader._BaseDataLoaderIter._next_index = _next_index
 
 
 def _note(it, index) -> None:
@@ -148,10 +148,10 @@ def judge_resume(runs: dict[int, dict], accum: int) -> list[Finding]:
                        "already trained (skip_first_batches)")]
         done = res["steps"] * max(1, accum) % f["batches"]
         ahead = 1 if "BatchSamplerShard" in f["samplers"] else 0  # accelerate's loader fetches one batch ahead
-        skipped = max(0, (f["trained_at"] or 1) - 1 - ahead)  # batches a loop passed over (`continue`)
-        if done and skipped < done:
+        passed_over = max(0, (f["trained_at"] or 1) - 1 - ahead)  # batches a loop skipped (`continue`)
+        if done and passed_over < done:
             return [fault("resume", f"rank {r}", f"load_state resumed at optimizer step {res['steps']}, {done} batches "
-                          f"into an epoch of {f['batches']} on each rank, but training after it starts at batch {skipped} of "
+                          f"into an epoch of {f['batches']} on each rank, but training after it starts at batch {passed_over} of "
                           "the epoch: the epoch starts over (its first batches are trained again, in the order the "
                           "restored RNG draws, and its last ones never)",
                           f"skip what the epoch already trained: accelerator.skip_first_batches(dataloader, {done}) for "
@@ -171,7 +171,7 @@ def packing(run: dict, kwargs: dict) -> None:
     has_mask = mask is not None and hasattr(mask, "dim") and mask.dim() == 2 and mask.shape == pos.shape
     for i in range(min(int(pos.shape[0]), 64)):
         row = pos[i]
-        if has_mask:
+        if has_mask and mask is not None:
             row = row[mask[i].bool()]
         if row.numel() > 1 and bool(((row[1:] - row[:-1]) != 1).any()):
             run.setdefault("packed", []).append({"attention_mask": bool(has_mask)})

@@ -31,12 +31,12 @@ def install(get_run: Callable[[], dict], safe) -> None:
         import safetensors.torch as st
     except ImportError:
         return
-    st.save_file = _wrap(st.save_file, safe)
+    setattr(st, "save_file", _wrap(st.save_file, safe))  # noqa: B010
     # modules that imported the functions by name before the observer started
     for name in ("accelerate.utils.other", "transformers.modeling_utils", "peft.utils.save_and_load"):
         mod = sys.modules.get(name)
         if mod is not None and getattr(mod, "save_file", None) is not None:
-            mod.save_file = st.save_file
+            setattr(mod, "save_file", st.save_file)  # noqa: B010 - a module's attribute, on purpose
 
 
 def watch_diffusers_ema(safe) -> None:
