@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ...compiler.plan.strategy import Strategy
-from . import samples, saves
+from . import losses, samples, saves
 from .findings import Finding, fault, ok, skipped
 from .planned import memory, schedule
 
@@ -70,6 +70,7 @@ def _one_run(arts, runs: dict[int, dict], own_trainer: bool) -> list[Finding]:
         out += check(arts, runs)
     out += samples.judge_packing(runs) + saves.judge(runs) + saves.judge_ema(runs)
     out += samples.judge_resume(runs, arts.settings.training.gradient_accumulation_steps)
+    out += losses.judge(runs, arts.plan.data_parallel_size)
     return out + memory(arts, runs, own_trainer) + schedule(arts, runs, own_trainer)
 
 

@@ -25,7 +25,7 @@ import os
 import time
 from typing import Any
 
-from . import samples, saves, tensors
+from . import losses, samples, saves, tensors
 from .tensors import checksum, fingerprint, local, model_facts
 
 DIR_ENV, STEPS_ENV = "TUNER_CHECK_DIR", "TUNER_CHECK_STEPS"
@@ -147,6 +147,7 @@ def install() -> None:
         _mark("accelerator")
         init(self, *args, **kwargs)
         saves.watch_diffusers_ema(_safe)
+        losses.watch(_run, _safe)
         run = _new_run(self)
         _runs.append(run)
         _accelerators[len(_runs) - 1] = self

@@ -36,7 +36,7 @@ SETTINGS_MODEL = {"model": {"path": "model"}, "training": {"learning_rate": 1e-3
 #: (that check, words its finding must say: the cause)}).
 CATALOGUE = {
     "ddp": (SETTINGS_MODEL, ["clean.py", "settings_model.py", "plain_loop.py", "packed_per_document.py",
-                             "ema_exported.py", "resume_skips.py"], {
+                             "ema_exported.py", "resume_skips.py", "negatives_gathered.py"], {
         "unprepared_loader.py": "data-sharded", "same_seed_synthetic.py": "data-sharded",
         "model_not_prepared.py": "prepared", "frozen_by_name.py": "trainable", "lr_zero.py": "lr",
         "warmup_int_division.py": "lr", "nan_loss.py": "loss", "zero_mask.py": "grads", "clip_to_zero.py": "grads",
@@ -51,7 +51,8 @@ CATALOGUE = {
         "schedule_for_8_gpus.py": ("lr", "a world of 8 processes"),
         "packed_cross_document.py": ("packing", "attends to the documents packed before it"),
         "ema_not_exported.py": ("ema", "no save wrote it"),
-        "resume_restarts_epoch.py": ("resume", "the epoch starts over")}),
+        "resume_restarts_epoch.py": ("resume", "the epoch starts over"),
+        "negatives_not_gathered.py": ("negatives", "gather_across_devices=False")}),
     "fsdp2": ({"fsdp": {"enabled": True, "version": 2, "auto_wrap_policy": "transformer",
                         "transformer_layer_cls_to_wrap": ["Linear"]}}, ["clean.py", "clean_save_fsdp2.py"], {
         "fsdp_model_unwrapped.py": "sharding", "dtype_mix_fsdp.py": "dtypes",
