@@ -27,7 +27,7 @@ def watch(get_run: Callable[[], dict], safe) -> None:
         for cls in list(vars(mod).values()):
             if isinstance(cls, type) and hasattr(cls, "compute_loss_from_embeddings") \
                     and not getattr(cls.compute_loss_from_embeddings, "_tuner_check", False) \
-                    and "gather_across_devices" in inspect.signature(cls.__init__).parameters:
+                    and "gather_across_devices" in inspect.signature(cls).parameters:
                 cls.compute_loss_from_embeddings = _wrap(cls.compute_loss_from_embeddings, safe)
 
 
