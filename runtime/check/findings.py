@@ -48,7 +48,7 @@ CHECKS: dict[str, tuple[str, str]] = {
     "negatives": ("run", "a contrastive loss's in-batch negatives are gathered across the data-parallel ranks"),
     "resume": ("run", "after load_state, the data continues where the checkpoint's epoch stopped"),
     "ema": ("run", "an EMA of the weights that steps is what a save writes"),
-    "save": ("run", "what a rank saves holds whole tensors, not its FSDP2 shards or ZeRO-3 partitions"),
+    "save": ("run", "what a rank saves holds whole tensors, not its FSDP2 shards"),
 }
 
 

@@ -3,8 +3,9 @@
 The observer wraps ``torch.save`` and ``safetensors.torch.save_file`` (and the names accelerate
 and transformers imported them under) during the rehearsal and looks at the tensors written: a
 sharded FSDP2 parameter (a DTensor: ``model.state_dict()`` under FSDP2, or
-``get_peft_model_state_dict`` of a sharded PEFT model) or an empty ZeRO-3 partition in the file
-means the file holds this rank's shard only. Saving is judged where the rehearsal reaches it
+``get_peft_model_state_dict`` of a sharded PEFT model) in the file means the file holds this
+rank's shard only (ZeRO-3's partitions are not judged yet). Saving is judged where the
+rehearsal reaches it
 (a script that saves after its first steps, or ``TUNER_CHECK_STEPS`` long enough).
 """
 
@@ -117,11 +118,10 @@ def _note(obj) -> None:
         return
     sharded = [t for t in tensors if hasattr(t, "to_local") and hasattr(t, "placements")
                and any(type(p).__name__ == "Shard" for p in t.placements)]
-    partitions = [t for t in tensors if hasattr(t, "ds_numel") and t.numel() < int(t.ds_numel)]
     kept = sum(int(t.to_local().numel()) for t in sharded)
     full = sum(int(t.numel()) for t in sharded)
     _get_run[0]().setdefault("saves", []).append({"tensors": len(tensors), "sharded": len(sharded),
-                                                  "partitions": len(partitions), "kept": kept, "full": full,
+                                                  "kept": kept, "full": full,
                                                   "ema": bool(_emas) and _holds_ema(tensors)})
 
 
@@ -155,10 +155,5 @@ def judge(runs: dict[int, dict]) -> list[Finding]:
                               "gather a full state dict on every rank, then write it on the main process: "
                               "accelerator.save_model(model, dir) (or state = accelerator.get_state_dict(model) on all "
                               "ranks); for LoRA adapters, get_peft_model_state_dict(model, state_dict=state)")]
-            if s["partitions"]:
-                return [fault("save", f"rank {r}", f"wrote {s['partitions']} of {s['tensors']} tensors as ZeRO-3 "
-                              "partitions (empty or partial): the file does not hold the weights",
-                              "call accelerator.get_state_dict(model) on every rank (it gathers ZeRO-3's partitions), "
-                              "then save on the main process, or accelerator.save_model(model, dir)")]
     n = sum(len(v) for v in saves.values())
     return [ok("save", "all", f"{n} save(s) wrote whole tensors")]
