@@ -272,6 +272,8 @@ class CausalLMFamily(Family):
         if unexpected or missing:
             raise FamilyError(f"checkpoint does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
         if self.settings.model.type == "lora":
+            # The unmerged adapter too (PEFT's own files): PeftModel.from_pretrained(base, DIR/adapter).
+            model.save_pretrained(str(out_dir / "adapter"), safe_serialization=True)
             model = model.merge_and_unload()
         # Non-persistent buffers (rotary frequencies) are still on meta: recompute on CPU.
         for _name, mod in model.named_modules():
