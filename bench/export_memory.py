@@ -77,7 +77,6 @@ print(json.dumps({"baseline": base, "peak": status("VmHWM:"), "seconds": time.pe
 def make_checkpoint(root: Path, kind: str) -> Path:
     from runtime_helpers import merged, tuner_run
     from transformers import LlamaConfig, LlamaForCausalLM
-
     from tuner.runtime.families.causal_lm import bundled_dir
 
     d = root / kind

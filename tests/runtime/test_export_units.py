@@ -8,9 +8,8 @@ import sys
 
 import pytest
 import torch
-
-from tuner.runtime.export_sources import _file_backed
 from tuner.runtime.export_shards import output_key
+from tuner.runtime.export_sources import _file_backed
 
 
 @pytest.mark.parametrize("size", ["5XB", "0MB"])

@@ -27,7 +27,6 @@ TARGETS = ["q_proj", "v_proj", "gate_proj"]
 def _write_base(folder) -> None:
     """A micro Llama saved as a model folder (the base a LoRA run starts from and PEFT loads)."""
     from transformers import set_seed
-
     from tuner.compiler.keys.settings import Settings
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.causal_lm import CausalLMFamily

@@ -181,7 +181,6 @@ def test_streamed_export_is_byte_identical_to_the_full_state_export(trained, tmp
 
     from runtime_helpers import tuner_env
     from transformers import AutoModelForCausalLM
-
     from tuner.compiler.keys.settings import Settings
     from tuner.runtime import checkpoint as ckpt
     from tuner.runtime.export import full_state_dict
