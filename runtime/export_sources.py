@@ -113,18 +113,20 @@ class ZeroSource(Source):
 
         self.state = get_fp32_state_dict_from_zero_checkpoint(str(path), lazy_mode=True)
         self.shapes = {k: (tuple(v.shape), v.dtype) for k, v in self.state.items()}
+        flats = {flat.data_ptr(): flat for lazy in self.state.values()  # ZeRO-3's partitions, one per rank and group
+                 for per_rank in getattr(lazy, "flat_groups", ()) for flat in per_rank}
+        self.mapped = [flat for flat in flats.values() if _file_backed(flat, "optim_states.pt")]
 
     def load(self, names):
-        return {n: self.state[n].contiguous() for n in names}
+        out = {}
+        for n in names:  # each parameter gathered from every rank's partition, then those pages dropped
+            out[n] = self.state[n].contiguous()
+            self.release()
+        return out
 
     def release(self) -> None:
-        seen: set[int] = set()
-        for lazy in self.state.values():
-            for per_rank in getattr(lazy, "flat_groups", ()):  # ZeRO-3's memory-mapped partitions
-                for flat in per_rank:
-                    if flat.data_ptr() not in seen and _file_backed(flat, "optim_states.pt"):
-                        seen.add(flat.data_ptr())
-                        drop_pages(flat)
+        for flat in self.mapped:
+            drop_pages(flat)
 
 
 def _file_backed(tensor: Any, suffix: str) -> bool:
