@@ -224,11 +224,13 @@ def _export_locked(path: Path, out_dir: Path, previous: list[str], max_shard_siz
 def streamed(fam, path: Path, meta: ckpt.CheckpointMeta, target: Path, max_shard_size: int | str) -> bool:
     """Write the export shard by shard from the checkpoint's files when the family can
     (`export_sources.py`, `export_shards.py`); False when it cannot: the full state is read."""
+    from .export_shards import give_freed_memory_back
     from .export_sources import open_source
 
     stream = getattr(fam, "export_streamed", None)
     if stream is None:
         return False
+    give_freed_memory_back()  # before the reader: DeepSpeed's frees what it does not keep
     source = open_source(path, meta.strategy.is_deepspeed)
     if source is None:
         return False
