@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,9 @@ class DCPSource(Source):
         from torch.distributed.checkpoint import FileSystemReader
 
         want = {n: torch.empty(self.shapes[n][0], dtype=self.shapes[n][1]) for n in names}
-        dcp.load({DCP_KEY: want}, storage_reader=FileSystemReader(self.folder), no_dist=True)
+        with warnings.catch_warnings():  # "torch.distributed is disabled ...": no group, by design
+            warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+            dcp.load({DCP_KEY: want}, storage_reader=FileSystemReader(self.folder), no_dist=True)
         return want
 
 
