@@ -271,7 +271,8 @@ class WizardApp(App[int]):
                             "(the same thing, for every strategy).", title="Activation checkpointing")
 
     async def on_review_pane_jump(self, event: ReviewPane.Jump) -> None:
-        await self.jump_to(event.key)
+        if not self.commands.fix_unknown(event.key):  # an unknown key: remove or rename it
+            await self.jump_to(event.key)
 
     async def jump_to(self, key: str) -> None:
         step_id = step_of(key)
