@@ -78,7 +78,17 @@ def proposal(est: Any) -> dict[str, Any]:
             options.append({"name": name, "label": r.label, "per_gpu": per_gpu, "edits": dict(PROPOSALS[name]),
                             "why": f"fits: {per_gpu / GIB:.1f} GiB per GPU"
                             + (f" of {est.gpu_capacity / GIB:.0f}" if est.gpu_capacity else "")})
+    on = getattr(est, "with_checkpointing", None)
+    if not options and on is not None and on.name in PROPOSALS:  # the estimator's advice: the cheapest fix
+        per_gpu = on.per_gpu or on.device.total
+        without = est.row(on.name) or est.chosen
+        options.append({"name": on.name, "label": f"{on.label} + activation checkpointing", "per_gpu": per_gpu,
+                        "edits": {**PROPOSALS[on.name], K.TRAINING_GRADIENT_CHECKPOINTING: True},
+                        "why": f"fits with activation checkpointing: {per_gpu / GIB:.1f} GiB per GPU"
+                        + (f" of {est.gpu_capacity / GIB:.0f}" if est.gpu_capacity else "")
+                        + (f" ({(without.per_gpu or without.device.total) / GIB:.0f} without)" if without else "")})
     if options:
         return {**options[0], "options": options}
     return {"name": None, "label": None, "per_gpu": 0, "edits": {}, "options": [],
-            "why": "nothing fits the stated GPU memory (more GPUs, LoRA, or NVMe offload in the builder)"}
+            "why": "nothing fits the stated GPU memory (activation checkpointing, more GPUs, LoRA, "
+                   "or NVMe offload in the builder)"}
