@@ -35,6 +35,9 @@ EXIT_WITHIN_S = 2.0
 @pytest.fixture
 def tmux(request):
     pane = Tmux(ensure_tmux(), f"tuner-leave-{os.getpid()}-{request.node.name[:16]}")
+    # A session that outlives every wizard's: killing the last session would stop the server,
+    # and the next new-session could race its shutdown.
+    pane("new-session", "-d", "-s", "keep", "sleep 3600")
     yield pane
     pane.kill()
 
@@ -45,7 +48,9 @@ def _open(tmux: Tmux, work: Path) -> int:
     for stale in work.iterdir():
         stale.unlink()
     start(tmux, work, tuner_command(work).replace("sleep 120", "sleep 30"))
-    tmux.wait_for("1. Model")
+    if tmux.display("#{session_name}") != tmux.target:  # not started (tmux busy): once more
+        start(tmux, work, tuner_command(work).replace("sleep 120", "sleep 30"))
+    tmux.wait_for("1. Model", timeout=120)
     return tmux.wizard_pid()
 
 
@@ -59,6 +64,7 @@ def _edit(tmux: Tmux, value: str) -> None:
 
 def test_closing_the_terminal_right_after_an_edit_ends_the_wizard(tmux, _wizard_env):
     slow: list[str] = []
+    times: list[float] = []
     for run in range(CLOSES):
         pid = _open(tmux, _wizard_env)
         value = f"v{run}"
@@ -73,11 +79,13 @@ def test_closing_the_terminal_right_after_an_edit_ends_the_wizard(tmux, _wizard_
         if took is None:
             os.kill(pid, signal.SIGKILL)
             raise AssertionError(f"run {run} ({how}): the wizard was still running 10 s after the terminal closed")
+        times.append(took)
         if took > EXIT_WITHIN_S:
             slow.append(f"run {run} ({how}): {took:.2f} s")
         draft = _wizard_env / "settings.draft.toml"
         assert draft.exists(), f"run {run} ({how}): no draft"
         assert f'flavour = "{value}"' in draft.read_text(), f"run {run} ({how}): the edit is not in the draft"
+    print(f"closed {CLOSES} times: exits in {min(times):.2f}-{max(times):.2f} s")
     assert not slow, f"exits slower than {EXIT_WITHIN_S} s: {slow}"
 
 
