@@ -22,6 +22,8 @@ from .base import Imported
 NAMES = {
     "checkpoint_step_interval": K.CHECKPOINT_EVERY_STEPS,
     "fsdp_cpu_offload": K.FSDP_OFFLOAD_PARAMS,  # field_registry/sections/advanced.py:1799: FSDP's CPU offload
+    # saves at the end of every N epochs, beside the step interval (simpletuner/helpers/training/trainer.py:5611-5615)
+    "checkpoint_epoch_interval": K.CHECKPOINT_EVERY_EPOCHS,
 }
 #: Keys that only a SimpleTuner config has: with one of them, a flat file is SimpleTuner's.
 HALLMARKS = {"model_family", "data_backend_config", "pretrained_model_name_or_path", "lora_type",

@@ -52,8 +52,6 @@ REFUSED: dict[str, tuple[Any, str, str]] = {
 
 #: Keys named with what to do instead (their generic note is below).
 NOTES = {
-    "checkpoint_epoch_interval": "SimpleTuner also saves every N epochs; tuner saves by optimizer steps only: set "
-                                 "checkpoint.every_steps to N x your steps per epoch (not carried)",
     "lr_scale": "when true SimpleTuner multiplies learning_rate by batch x accumulation x processes (its square root "
                 "with lr_scale_sqrt; trainer.py:1191-1203); not carried: set training.learning_rate to the product",
     "lr_num_cycles": "used only by schedules tuner refuses or does not run (SimpleTuner's cosine family); not carried",

@@ -301,7 +301,7 @@ def test_a_simpletuner_config_with_its_deepspeed_accelerate_yaml_imports(order):
 
 
 @pytest.mark.parametrize("key, value, outcome", [
-    ("checkpoint_epoch_interval", 2, "named"),  # saves per epoch: tuner saves by steps
+    ("checkpoint_epoch_interval", 2, "carried"),  # saves per epoch: checkpoint.every_epochs (trainer.py:5611-5615)
     ("lr_scale", True, "named"),
     ("base_model_precision", "fp8-torchao", "carried"),  # model.base_precision; tuner run trains it not
     ("mixed_precision", "fp8", "refused"),
@@ -330,6 +330,8 @@ def test_a_key_that_changes_what_is_trained_is_carried_named_or_refused(key, val
     elif key == "optimizer_config":
         assert result.settings.training.weight_decay == 0.05
         assert any("optimizer_config 'eps=1e-7'" in r for r in imp.remarks)
+    elif key == "checkpoint_epoch_interval":
+        assert (result.settings.checkpoint.every_epochs, result.settings.checkpoint.every_steps) == (2, 10)
     else:
         assert result.settings.model.base_precision == value
         assert any(r.startswith(f"config.json: base_model_precision = {value!r}") for r in imp.remarks)
