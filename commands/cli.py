@@ -178,11 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("settings", type=Path, nargs="?", default=None)
 
     p = sub.add_parser("run", help="train from a build directory or settings file on real ranks",
-                       usage="tuner run TARGET [--resume latest|PATH] [--max-steps N] [--callback MODULE:NAME]... "
-                             "[--check] [--machine-rank N] [--main-address HOST] [--main-port PORT] [--set KEY=VALUE]... "
+                       usage="tuner run TARGET [--resume latest|PATH [--new-global-batch]] [--max-steps N] "
+                             "[--callback MODULE:NAME]... [--check] [--machine-rank N] [--main-address HOST] "
+                             "[--main-port PORT] [--set KEY=VALUE]... "
                              "[--KEY [VALUE]]...")
     p.add_argument("target", type=Path, help="a build directory (with manifest.json) or a settings file")
     p.add_argument("--resume", default=None, help="'latest' or a checkpoint directory")
+    p.add_argument("--new-global-batch", action="store_true",
+                   help="resume at a world size that changes the global batch (micro x accumulation x ranks) on purpose")
     p.add_argument("--max-steps", type=_positive_int, default=None, help="stop after this many optimizer steps (1 or more)")
     p.add_argument("--max_steps", dest="max_steps", type=_positive_int, help=argparse.SUPPRESS)  # the seeds' spelling
     p.add_argument("--callback", action="append", default=[], metavar="MODULE:NAME",
@@ -219,6 +222,18 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("checkpoint", type=Path)
     e.add_argument("--out", type=_nonempty_path, required=True,
                    help="a new or empty directory, or one an earlier export wrote (its other files are kept)")
+    i = csub.add_parser("inspect", help="what a checkpoint holds (step, strategy, data position, sizes) and "
+                                        "what it resumes into")
+    i.add_argument("checkpoint", type=Path)
+    i.add_argument("--json", action="store_true")
+    v = csub.add_parser("verify", help="check that a resumed run continues its reference run's training "
+                                       "(losses and parameters at the same steps)")
+    v.add_argument("reference", type=Path, help="the uninterrupted run's output directory")
+    v.add_argument("resumed", type=Path, help="the resumed run's output directory")
+    v.add_argument("--loss-rtol", type=float, default=None, help="relative tolerance of the losses (default 1e-4)")
+    v.add_argument("--param-rtol", type=float, default=None,
+                   help="tolerance of each parameter tensor, relative to its largest value (default 1e-4)")
+    v.add_argument("--json", action="store_true")
 
     p = sub.add_parser("blocks", help="list a model's module classes and suggest FSDP wrap classes (meta device)")
     p.add_argument("model", help="a local model directory or builtin[:NAME]")
