@@ -31,7 +31,9 @@ DS_TAG = "pytorch_model"
 
 
 def needs_universal(meta: ckpt.CheckpointMeta, strategy: Strategy, world_size: int) -> bool:
-    return (meta.strategy.is_deepspeed and strategy.is_deepspeed and meta.world_size != world_size
+    """A ZeRO checkpoint resumed at another world size, or under another backend (which reads
+    the universal form's per-parameter files: portable_state.py)."""
+    return (meta.strategy.is_deepspeed and (not strategy.is_deepspeed or meta.world_size != world_size)
             and meta.state_dict_type != UNIVERSAL)
 
 
@@ -79,8 +81,9 @@ def _ds_to_universal(src: Path, dest: Path) -> None:
     from deepspeed.checkpoint import ds_to_universal
 
     args = argparse.Namespace(input_folder=str(src), output_folder=str(dest), num_extract_workers=1,
-                              num_merge_workers=1, keep_temp_folder=False, strict=True, inject_missing_state=False)
-    with contextlib.redirect_stdout(io.StringIO()):  # its progress bars and prints
+                              num_merge_workers=1, keep_temp_folder=False, strict=True,
+                              inject_missing_state=True)  # the universal_checkpoint_info a plain model lacks
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # its progress
         try:
             ds_to_universal.main(args)
         except (OSError, RuntimeError, ValueError, KeyError, AssertionError) as exc:

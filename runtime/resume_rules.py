@@ -120,10 +120,29 @@ def batches_to_skip(meta: CheckpointMeta, now: Layout) -> tuple[int, int]:
     return samples // per_round, samples % per_round
 
 
+#: Strategies whose checkpoints the portable form reads, and those it loads into
+#: (portable_state.py): DeepSpeed's engine is not loaded from another backend's state.
+_PORTABLE_FROM = {Strategy.DDP, Strategy.FSDP2, Strategy.ZERO1, Strategy.ZERO2, Strategy.ZERO3}
+_PORTABLE_INTO = {Strategy.DDP, Strategy.FSDP2}
+
+
+def carried_across(meta: CheckpointMeta, strategy: Strategy, state_dict_type: str) -> bool:
+    """Whether this resume goes through the portable form: another backend (or FSDP's other
+    state dict kind) that it reads and loads."""
+    other = meta.strategy != strategy or (meta.strategy.is_fsdp and meta.state_dict_type != state_dict_type)
+    return other and meta.strategy in _PORTABLE_FROM and strategy in _PORTABLE_INTO
+
+
 def check_strategy(meta: CheckpointMeta, strategy: Strategy, state_dict_type: str, world_size: int, ckpt: Path) -> None:
     """Refuse resuming a checkpoint written by another strategy, saying how to go on."""
     convert = (f"convert it to a full model with `tuner checkpoint export {ckpt} --out DIR` and start a new run "
                f"from it (model.path = \"DIR\")")
+    if carried_across(meta, strategy, state_dict_type):
+        return
+    if meta.strategy != strategy and meta.strategy in _PORTABLE_FROM and strategy.is_deepspeed:
+        raise RunError(f"checkpoint {ckpt} was written with {meta.strategy}; tuner carries it into "
+                       f"{', '.join(sorted(_PORTABLE_INTO))} (by parameter name) but not into DeepSpeed's {strategy} "
+                       f"engine: resume it under one of those, or {convert} (the optimizer state is not kept)")
     ds_then, ds_now = meta.strategy.is_deepspeed, strategy.is_deepspeed
     if ds_then != ds_now:
         raise RunError(f"checkpoint {ckpt} was written {'with' if ds_then else 'without'} DeepSpeed "

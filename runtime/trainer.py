@@ -22,7 +22,7 @@ import torch
 
 from ..compiler.plan.strategy import Strategy
 from . import checkpoint as ckpt
-from . import cpu_shim, resume_rules, tracking
+from . import cpu_shim, portable_state, resume_rules, tracking
 from .artefacts import Artefacts, RunError
 from .callbacks import Callbacks
 from .families import get_family
@@ -209,12 +209,8 @@ class Trainer:
         kept = resume_rules.check_compatible(meta, self.strategy, self._state_dict_type(), now, path,
                                              self.new_global_batch)
         ckpt.check_step(meta, self.total_steps, path)
-        if meta.state_dict_type == "universal":  # checkpoint_convert.py: re-partitioned by DeepSpeed on load
-            for engine in self.acc._models:
-                engine._config.load_universal_checkpoint = True
         try:  # a garbled state file: one message naming the last intact checkpoint, not a traceback
-            self.acc.load_state(str(path))
-            self.fam.load_state(path, self.acc)
+            kept = "; ".join(x for x in (kept, portable_state.load_state(self, path, meta)) if x)
         except ckpt.read_errors() as exc:
             raise ckpt.unreadable(path, exc) from None
         self.step, self.epoch, self.tokens_seen = meta.step, meta.epoch, meta.tokens_seen

@@ -112,5 +112,31 @@ def test_continuation_check_fails_a_resume_that_drops_optimizer_state_or_data_po
     name, run = faulty
     r = verify(reference, run)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "does NOT continue the same training" in r.stdout and "FAIL: step 5: loss" in r.stdout, r.stdout
+    # without the data position step 5 already trains other samples; without Adam's moments the
+    # step-5 loss (before the first update) still agrees and step 6 does not
+    first = {"drop_data_position": 5, "drop_optimizer_state": 6}[name]
+    assert "does NOT continue the same training" in r.stdout and f"FAIL: step {first}: loss" in r.stdout, r.stdout
     assert "Traceback" not in r.stderr
+
+
+def test_inspect_names_what_the_checkpoint_holds(reference, capsys):
+    """`tuner checkpoint inspect` (in this process: it reads the record and the file sizes only)."""
+    import json
+
+    from tuner.commands.cli import main
+
+    step4 = reference.out / "checkpoints" / "step-4"
+    assert main(["checkpoint", "inspect", str(step4), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["step"], info["strategy"], info["world_size"], info["state_dict"]) == (4, "fsdp2", 4, "sharded")
+    assert info["data_position"] == {"epoch": 0, "micro_batches_per_rank": 4, "samples": 32}
+    assert info["global_batch"]["global_batch"] == 8 and info["tokens_seen"] == 32 * 32
+    assert all(info["bytes"][part] > 0 for part in ("model", "optimizer", "scheduler", "rng")), info["bytes"]
+    assert info["total_bytes"] == sum(info["bytes"].values())
+    assert "on 1, 2, 4, 8 ranks, keeping the global batch 8" in info["resume_into"][0]
+    assert "tuner checkpoint export" in info["export_to"][0]
+    assert main(["checkpoint", "inspect", str(reference.out / "checkpoints")]) == 0  # the latest one
+    text = capsys.readouterr().out
+    assert "step         8 (epoch 1)" in text and "resume into:" in text
+    assert main(["checkpoint", "inspect", str(reference.out / "nothing")]) == 2
+    assert "checkpoint not found" in capsys.readouterr().err

@@ -57,11 +57,10 @@ def test_resolve_resume(tmp_path):
 
 
 @pytest.mark.parametrize("then,now,sdt,world,fragment", [
-    ("zero2", "fsdp2", "sharded", 2, "with DeepSpeed"),
-    ("fsdp2", "zero3", "deepspeed", 2, "without DeepSpeed"),
-    ("fsdp2", "ddp", "full", 2, "written with fsdp2"),
-    ("ddp", "fsdp2", "sharded", 2, "written with ddp"),
-    ("fsdp2", "fsdp2", "full", 2, "sharded state dict"),
+    ("fsdp2", "zero3", "deepspeed", 2, "but not into DeepSpeed's zero3 engine"),
+    ("ddp", "zero2", "deepspeed", 2, "but not into DeepSpeed's zero2 engine"),
+    ("zero2", "fsdp1", "sharded", 2, "with DeepSpeed"),
+    ("fsdp1", "fsdp2", "sharded", 2, "written with fsdp1"),
     ("fsdp1", "fsdp1", "sharded", 4, "fsdp1 resumes only at the same world size"),
 ])
 def test_incompatible_resume_is_refused_with_a_way_out(then, now, sdt, world, fragment, tmp_path):
@@ -71,6 +70,20 @@ def test_incompatible_resume_is_refused_with_a_way_out(then, now, sdt, world, fr
     with pytest.raises(RunError) as e:
         check_compatible(meta, Strategy(now), sdt, Layout(4 * 2 // world, 1, world), tmp_path)
     assert fragment in e.value.message and "tuner checkpoint export" in e.value.message
+
+
+@pytest.mark.parametrize("then,now,sdt", [("zero2", "fsdp2", "sharded"), ("zero3", "ddp", "full"),
+                                          ("fsdp2", "ddp", "full"), ("ddp", "fsdp2", "sharded"),
+                                          ("fsdp2", "fsdp2", "full")])
+def test_another_backend_is_carried_through_the_portable_form(then, now, sdt, tmp_path):
+    from tuner.runtime.resume_rules import carried_across
+
+    kind = "deepspeed" if then.startswith("zero") else ("sharded" if then.startswith("fsdp") else "full")
+    meta = ck.CheckpointMeta(step=5, strategy=then, state_dict_type=kind, world_size=2,
+                             micro_batch_size=4, gradient_accumulation_steps=1)
+    assert check_compatible(meta, Strategy(now), sdt, Layout(4, 1, 2), tmp_path) == ""
+    assert carried_across(meta, Strategy(now), sdt)
+    assert not carried_across(meta, Strategy(then), kind)
 
 
 def test_compatible_resume_passes(tmp_path):
