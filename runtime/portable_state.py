@@ -116,8 +116,13 @@ def load_into(model, optimizer, scheduler, unwrapped, path: Path, meta: ckpt.Che
         raise RunError(f"checkpoint {path} holds no optimizer state for {', '.join(missing[:3])}"
                        f"{' ...' if len(missing) > 3 else ''}; it cannot be carried to this run")
     set_optimizer_state_dict(model, inner, {"state": state, "param_groups": groups}, options=full)
-    if sched is not None:
-        scheduler.load_state_dict(sched)
+    if sched is None:
+        raise RunError(f"checkpoint {path} holds no LR schedule state (scheduler.bin); it cannot be carried")
+    scheduler.load_state_dict(sched)
+    # The groups above carry this fresh run's first LR (0 in a warmup); the schedule's state
+    # says where it stood, and the next optimizer step must use that (as the saved groups do).
+    for group, lr in zip(inner.param_groups, scheduler.get_last_lr(), strict=True):
+        group["lr"] = lr
 
 
 def load_state(trainer: Any, path: Path, meta: ckpt.CheckpointMeta) -> str:

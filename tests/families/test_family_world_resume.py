@@ -1,6 +1,6 @@
 """The embedding and diffusion families resume at another world size too (issue 33, f).
 
-Embedding (FSDP2, tiny BERT): a 2-rank run (global batch 16 = micro 8 x 2) saves step 2 and
+Embedding (FSDP2, tiny BERT, as the global-negatives test runs it): a 2-rank run (global batch 16 = micro 8 x 2) saves step 2 and
 goes on to step 4; resumed on 4 ranks (micro 4), its steps 3 and 4 equal the reference's
 within 1e-4 (relative): the in-batch negatives come from the whole global batch, so the same
 global batch is the same loss.
@@ -21,16 +21,16 @@ from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
 
-EMBED = ("model.path=builtin:tiny-bert", "training.max_steps=4", "training.validation_every=0",
+EMBED = ("model.path=builtin:tiny-bert", "model.type=full", "training.max_steps=4", "training.validation_every=0",
          "data.validation_split=0", "checkpoint.every_steps=2", "checkpoint.keep_last=3", "checkpoint.export=false",
          "training.lr_scheduler=constant")
 UNET = ("training.max_steps=4", "training.validation_every=0", "checkpoint.every_steps=2", "checkpoint.keep_last=3")
 
 
 def test_embedding_resumes_at_another_world_size(tmp_path):
-    ref = run_example("embedding_minilm.toml", tmp_path / "ref", *EMBED, "hardware.num_processes=2",
+    ref = run_example("embedding_minilm_lora.toml", tmp_path / "ref", *EMBED, "hardware.num_processes=2",
                       "training.micro_batch_size=8").check()
-    resumed = run_example("embedding_minilm.toml", tmp_path / "w4", *EMBED, "hardware.num_processes=4",
+    resumed = run_example("embedding_minilm_lora.toml", tmp_path / "w4", *EMBED, "hardware.num_processes=4",
                           "training.micro_batch_size=4",
                           args=("--resume", str(ref.out / "checkpoints" / "step-2"))).check()
     assert "global batch kept: 16" in resumed.output
