@@ -107,13 +107,17 @@ def _span(steps: dict[int, float]) -> str:
 
 
 def _compare_params(reference: Path, resumed: Path, rtol: float) -> dict[str, Any]:
+    import contextlib
+    import io
+
     from .export import full_state_dict
 
     states = []
     for path in (reference, resumed):
         meta = ckpt.read_meta(path, action="export")
-        try:
-            states.append(full_state_dict(path, meta))
+        try:  # DeepSpeed's zero_to_fp32 prints its progress: keep stdout for the report (--json)
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                states.append(full_state_dict(path, meta))
         except ckpt.read_errors() as exc:
             raise ckpt.unreadable(path, exc, action="export") from None
     want, got = states
@@ -123,7 +127,7 @@ def _compare_params(reference: Path, resumed: Path, rtol: float) -> dict[str, An
         if name not in want or name not in got:
             bad.append((name, float("inf")))
             continue
-        a, b = got[name].float(), want[name].float()
+        a, b = got[name].detach().float(), want[name].detach().float()
         if a.shape != b.shape:
             bad.append((name, float("inf")))
             continue
