@@ -31,10 +31,10 @@ DS_TAG = "pytorch_model"
 
 
 def needs_universal(meta: ckpt.CheckpointMeta, strategy: Strategy, world_size: int) -> bool:
-    """A ZeRO checkpoint resumed at another world size, or under another backend (which reads
-    the universal form's per-parameter files: portable_state.py)."""
-    return (meta.strategy.is_deepspeed and (not strategy.is_deepspeed or meta.world_size != world_size)
-            and meta.state_dict_type != UNIVERSAL)
+    """A ZeRO checkpoint resumed at another world size or ZeRO stage, or under another backend
+    (which reads the universal form's per-parameter files: portable_state.py)."""
+    return (meta.strategy.is_deepspeed and meta.state_dict_type != UNIVERSAL
+            and (not strategy.is_deepspeed or meta.world_size != world_size or meta.strategy != strategy))
 
 
 def universal_dir(output_dir: Path, meta: ckpt.CheckpointMeta) -> Path:

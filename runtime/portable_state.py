@@ -133,6 +133,11 @@ def load_state(trainer: Any, path: Path, meta: ckpt.CheckpointMeta) -> str:
     from .resume_rules import carried_across
 
     acc = trainer.acc
+    if carried_across(meta, trainer.strategy, trainer._state_dict_type()) and trainer.strategy.is_deepspeed:
+        load_into_zero3(trainer.model, trainer.scheduler, path, meta)
+        trainer.fam.load_state(path, acc)
+        return (f"carried {meta.strategy} ({meta.state_dict_type}) -> {trainer.strategy}: model, Adam moments, step "
+                f"count and LR schedule by parameter name (DeepSpeed's safe_set_full_* API)")
     if carried_across(meta, trainer.strategy, trainer._state_dict_type()):
         load_into(trainer.model, trainer.optimizer, trainer.scheduler, acc.unwrap_model(trainer.model), path, meta)
         trainer.fam.load_state(path, acc)
@@ -144,3 +149,33 @@ def load_state(trainer: Any, path: Path, meta: ckpt.CheckpointMeta) -> str:
     acc.load_state(str(path))
     trainer.fam.load_state(path, acc)
     return ""
+
+
+def load_into_zero3(engine, scheduler, path: Path, meta: ckpt.CheckpointMeta) -> None:
+    """Load `path`'s state into a prepared ZeRO-3 engine with DeepSpeed's own per-parameter API
+    (``safe_set_full_fp32_param`` / ``safe_set_full_optimizer_state``: each rank keeps its
+    partition), then the module's partitions from the fp32 ones, as DeepSpeed's universal
+    loader does, and the step count of each partition's Adam state."""
+    import torch
+    from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
+
+    named = [(n, p) for n, p in engine.module.named_parameters() if p.requires_grad]
+    weights, moments, sched = read(path, meta, [n for n, _ in named])
+    for name, p in named:
+        entry = moments.get(name, {})
+        if "exp_avg" not in entry:
+            raise RunError(f"checkpoint {path} holds no optimizer state for {name}; it cannot be carried")
+        safe_set_full_fp32_param(p, weights[name].float())
+        safe_set_full_optimizer_state(p, entry["exp_avg"].float(), "exp_avg")
+        safe_set_full_optimizer_state(p, entry["exp_avg_sq"].float(), "exp_avg_sq")
+    step = moments[named[0][0]].get("step", torch.tensor(float(meta.step)))
+    zero = engine.optimizer
+    for i, fp32 in enumerate(zero.fp32_partitioned_groups_flat):
+        zero.optimizer.state[fp32]["step"] = torch.as_tensor(step, dtype=torch.float32).clone()
+        if sum(fp32.size()) > 0:
+            zero.fp16_partitioned_groups_flat[i].data.copy_(fp32.data)
+    if sched is None:
+        raise RunError(f"checkpoint {path} holds no LR schedule state (scheduler.bin); it cannot be carried")
+    scheduler.load_state_dict(sched)
+    for group, lr in zip(zero.optimizer.param_groups, scheduler.get_last_lr(), strict=False):
+        group["lr"] = lr

@@ -121,16 +121,17 @@ def batches_to_skip(meta: CheckpointMeta, now: Layout) -> tuple[int, int]:
 
 
 #: Strategies whose checkpoints the portable form reads, and those it loads into
-#: (portable_state.py): DeepSpeed's engine is not loaded from another backend's state.
+#: (portable_state.py; ZeRO-3 through DeepSpeed's per-parameter API).
 _PORTABLE_FROM = {Strategy.DDP, Strategy.FSDP2, Strategy.ZERO1, Strategy.ZERO2, Strategy.ZERO3}
-_PORTABLE_INTO = {Strategy.DDP, Strategy.FSDP2}
+_PORTABLE_INTO = {Strategy.DDP, Strategy.FSDP2, Strategy.ZERO3}
 
 
 def carried_across(meta: CheckpointMeta, strategy: Strategy, state_dict_type: str) -> bool:
     """Whether this resume goes through the portable form: another backend (or FSDP's other
     state dict kind) that it reads and loads."""
     other = meta.strategy != strategy or (meta.strategy.is_fsdp and meta.state_dict_type != state_dict_type)
-    return other and meta.strategy in _PORTABLE_FROM and strategy in _PORTABLE_INTO
+    into_ds_from_ds = meta.strategy.is_deepspeed and strategy.is_deepspeed  # DeepSpeed's own universal loader
+    return other and not into_ds_from_ds and meta.strategy in _PORTABLE_FROM and strategy in _PORTABLE_INTO
 
 
 def check_strategy(meta: CheckpointMeta, strategy: Strategy, state_dict_type: str, world_size: int, ckpt: Path) -> None:

@@ -5,8 +5,9 @@
 (micro 2): `tuner run` converts the checkpoint with DeepSpeed's own ds_to_universal before any
 rank starts and the engine re-partitions it on load. Losses after the resume equal the
 reference's within 1e-4 (relative) and the continuation check passes them.
-(c) The ZeRO-2 reference's step 4 resumed under FSDP2, and a DDP reference's under FSDP2:
-the state is carried by parameter name (runtime/portable_state.py); losses within 1e-3.
+(c) The ZeRO-2 reference's step 4 resumed under FSDP2, a DDP reference's under FSDP2, and an
+FSDP2 reference's under ZeRO-3: the state is carried by parameter name
+(runtime/portable_state.py); losses within 1e-3.
 """
 
 from __future__ import annotations
@@ -58,13 +59,13 @@ def test_zero_resumes_at_another_world_size(stage, runtime_tmp):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("source", ["zero2", "ddp"])
-def test_resume_under_another_backend(source, runtime_tmp):
+@pytest.mark.parametrize("source,target", [("zero2", "fsdp2"), ("ddp", "fsdp2"), ("fsdp2", "zero3")])
+def test_resume_under_another_backend(source, target, runtime_tmp):
     ref = reference(source, runtime_tmp)
-    resumed = tuner_run(runtime_tmp / f"portable-{source}-to-fsdp2", settings("fsdp2", 2, 4), "--resume",
+    resumed = tuner_run(runtime_tmp / f"portable-{source}-to-{target}", settings(target, 2, 4), "--resume",
                         str(ref.out / "checkpoints" / "step-4"), trace=False)
     assert_ok(resumed)
-    assert f"carried {source}" in resumed.output and "-> fsdp2" in resumed.output
+    assert f"carried {source}" in resumed.output and f"-> {target}" in resumed.output
     assert_same_losses(resumed, ref, range(5, 9), CROSS_RTOL)
     r = verify(ref, resumed, "--loss-rtol", str(CROSS_RTOL), "--param-rtol", str(CROSS_RTOL))
     assert r.returncode == 0, r.stdout + r.stderr
