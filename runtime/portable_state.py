@@ -161,6 +161,8 @@ def load_into_zero3(engine, scheduler, path: Path, meta: ckpt.CheckpointMeta) ->
 
     named = [(n, p) for n, p in engine.module.named_parameters() if p.requires_grad]
     weights, moments, sched = read(path, meta, [n for n, _ in named])
+    zero = engine.optimizer
+    _init_adam_state(zero.optimizer, zero.fp32_partitioned_groups_flat)
     for name, p in named:
         entry = moments.get(name, {})
         if "exp_avg" not in entry:
@@ -169,7 +171,6 @@ def load_into_zero3(engine, scheduler, path: Path, meta: ckpt.CheckpointMeta) ->
         safe_set_full_optimizer_state(p, entry["exp_avg"].float(), "exp_avg")
         safe_set_full_optimizer_state(p, entry["exp_avg_sq"].float(), "exp_avg_sq")
     step = moments[named[0][0]].get("step", torch.tensor(float(meta.step)))
-    zero = engine.optimizer
     for i, fp32 in enumerate(zero.fp32_partitioned_groups_flat):
         zero.optimizer.state[fp32]["step"] = torch.as_tensor(step, dtype=torch.float32).clone()
         if sum(fp32.size()) > 0:
@@ -179,3 +180,23 @@ def load_into_zero3(engine, scheduler, path: Path, meta: ckpt.CheckpointMeta) ->
     scheduler.load_state_dict(sched)
     for group, lr in zip(zero.optimizer.param_groups, scheduler.get_last_lr(), strict=False):
         group["lr"] = lr
+
+
+def _init_adam_state(optimizer, flats: list) -> None:
+    """Create Adam's state for DeepSpeed's fp32 partitions before the first step (it is made
+    lazily): one step with zero gradients at LR 0, as torch's ``_init_optim_state`` does."""
+    import torch
+
+    if all("exp_avg" in optimizer.state.get(f, {}) for f in flats if f.numel()):
+        return
+    lrs = [g["lr"] for g in optimizer.param_groups]
+    held = [g["params"] for g in optimizer.param_groups]  # ZeRO-3 lends its partitions only for a step
+    for i, g in enumerate(optimizer.param_groups):
+        g["lr"], g["params"] = 0.0, [f for f in flats if f.numel()] if i == 0 else []
+    for f in flats:
+        f.grad = torch.zeros_like(f)
+    optimizer.step()
+    for f in flats:
+        f.grad = None
+    for g, lr, params in zip(optimizer.param_groups, lrs, held, strict=True):
+        g["lr"], g["params"] = lr, params

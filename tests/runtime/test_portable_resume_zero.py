@@ -1,13 +1,11 @@
-"""ZeRO at another world size and resumes across backends (issue 33, b and c).
+"""ZeRO at another world size (issue 33, b); the cross-backend resumes (c) are in
+test_portable_resume_backends.py, which shares this module's helpers.
 
 (b) A ZeRO-2 and a ZeRO-3 reference run on 2 ranks (global batch 8 = micro 4 x accumulation
 1 x 2) save every 2 steps and go on to step 8; each is resumed from its step 4 on 4 ranks
 (micro 2): `tuner run` converts the checkpoint with DeepSpeed's own ds_to_universal before any
 rank starts and the engine re-partitions it on load. Losses after the resume equal the
 reference's within 1e-4 (relative) and the continuation check passes them.
-(c) The ZeRO-2 reference's step 4 resumed under FSDP2, a DDP reference's under FSDP2, and an
-FSDP2 reference's under ZeRO-3: the state is carried by parameter name
-(runtime/portable_state.py); losses within 1e-3.
 """
 
 from __future__ import annotations
@@ -17,9 +15,6 @@ from runtime_helpers import assert_ok, merged, tuner_run
 from test_portable_resume import FSDP, LOSS_RTOL, assert_same_losses, verify
 
 pytestmark = pytest.mark.slow
-
-#: Losses after a resume under another backend vs the uninterrupted run (relative).
-CROSS_RTOL = 1e-3
 
 BACKENDS = {"zero2": {"deepspeed": {"enabled": True, "zero_stage": 2}},
             "zero3": {"deepspeed": {"enabled": True, "zero_stage": 3}},
@@ -56,16 +51,4 @@ def test_zero_resumes_at_another_world_size(stage, runtime_tmp):
     assert "(epoch 0, batch 4)" in resumed.output  # 32 samples / (2 x 4)
     assert_same_losses(resumed, ref, range(5, 9), LOSS_RTOL)
     r = verify(ref, resumed)
-    assert r.returncode == 0, r.stdout + r.stderr
-
-
-@pytest.mark.parametrize("source,target", [("zero2", "fsdp2"), ("ddp", "fsdp2"), ("fsdp2", "zero3")])
-def test_resume_under_another_backend(source, target, runtime_tmp):
-    ref = reference(source, runtime_tmp)
-    resumed = tuner_run(runtime_tmp / f"portable-{source}-to-{target}", settings(target, 2, 4), "--resume",
-                        str(ref.out / "checkpoints" / "step-4"), trace=False)
-    assert_ok(resumed)
-    assert f"carried {source}" in resumed.output and f"-> {target}" in resumed.output
-    assert_same_losses(resumed, ref, range(5, 9), CROSS_RTOL)
-    r = verify(ref, resumed, "--loss-rtol", str(CROSS_RTOL), "--param-rtol", str(CROSS_RTOL))
     assert r.returncode == 0, r.stdout + r.stderr
