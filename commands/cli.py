@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..compiler.diagnostics import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from ..compiler.read.files import describe_os_error
+from .checkpoint_args import add_checkpoint_parser
 
 
 def _version() -> str:
@@ -61,20 +62,6 @@ def _nonempty_path(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("is empty; name a path")
     return Path(text)
-
-
-def _shard_size(text: str) -> int | str:
-    """argparse type: bytes (``1000000``) or a size with huggingface_hub's units (``5GB``, ``500MB``,
-    ``KB``, ``TB``: powers of 1000), as ``save_pretrained``'s ``max_shard_size`` takes it."""
-    import re
-
-    t = text.strip()
-    if re.fullmatch(r"[1-9]\d*", t):
-        return int(t)
-    if re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]B", t, flags=re.IGNORECASE) and float(re.sub(r"[^\d.]", "", t)) > 0:
-        return t
-    raise argparse.ArgumentTypeError(f"{text!r} is not a size: write bytes (1000000) or a number with KB, MB, GB "
-                                     "or TB (5GB)")
 
 
 SETTING_DEST = "setting:"
@@ -192,11 +179,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("settings", type=Path, nargs="?", default=None)
 
     p = sub.add_parser("run", help="train from a build directory or settings file on real ranks",
-                       usage="tuner run TARGET [--resume latest|PATH] [--max-steps N] [--callback MODULE:NAME]... "
-                             "[--check] [--machine-rank N] [--main-address HOST] [--main-port PORT] [--set KEY=VALUE]... "
+                       usage="tuner run TARGET [--resume latest|PATH [--new-global-batch]] [--max-steps N] "
+                             "[--callback MODULE:NAME]... [--check] [--machine-rank N] [--main-address HOST] "
+                             "[--main-port PORT] [--set KEY=VALUE]... "
                              "[--KEY [VALUE]]...")
     p.add_argument("target", type=Path, help="a build directory (with manifest.json) or a settings file")
     p.add_argument("--resume", default=None, help="'latest' or a checkpoint directory")
+    p.add_argument("--new-global-batch", action="store_true",
+                   help="resume at a world size that changes the global batch (micro x accumulation x ranks) on purpose")
     p.add_argument("--max-steps", type=_positive_int, default=None, help="stop after this many optimizer steps (1 or more)")
     p.add_argument("--max_steps", dest="max_steps", type=_positive_int, help=argparse.SUPPRESS)  # the seeds' spelling
     p.add_argument("--callback", action="append", default=[], metavar="MODULE:NAME",
@@ -228,15 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--launch-only", action="store_true", help="the launch checks only, no rehearsal")
     _add_machine_flags(p)
 
-    p = sub.add_parser("checkpoint", help="checkpoint tools")
-    csub = p.add_subparsers(dest="checkpoint_command", metavar="ACTION")
-    e = csub.add_parser("export", help="export a checkpoint as a full model that from_pretrained loads")
-    e.add_argument("checkpoint", type=Path)
-    e.add_argument("--out", type=_nonempty_path, required=True,
-                   help="a new or empty directory, or one an earlier export wrote (its other files are kept)")
-    e.add_argument("--max-shard-size", type=_shard_size, default="5GB",
-                   help="the largest safetensors file (default 5GB); a larger model is written as "
-                        "model-0000N-of-0000M.safetensors + model.safetensors.index.json, one shard in memory at a time")
+    add_checkpoint_parser(sub, _nonempty_path)
 
     p = sub.add_parser("blocks", help="list a model's module classes and suggest FSDP wrap classes (meta device)")
     p.add_argument("model", help="a local model directory or builtin[:NAME]")

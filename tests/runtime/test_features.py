@@ -7,7 +7,6 @@ import re
 
 import pytest
 import torch
-
 from runtime_helpers import assert_ok, merged, tuner_run
 from test_strategies import LOGITS_ATOL, _rows_tensor
 
