@@ -82,6 +82,10 @@ def _run_locked(args, target: Path, run_build, files: dict[str, bytes], arts) ->
     from ..runtime.run_lock import acquire_run_lock, check_output_dir
 
     _check_trainable(arts)
+    if arts.plan.uses_deepspeed:  # before anything slow: a stale build lock would hang every rank
+        from ..runtime.op_cache import refuse_stale
+
+        refuse_stale()
     topo = Topology.resolve(arts, getattr(args, "machine_rank", None), getattr(args, "main_address", None),
                             getattr(args, "main_port", None))
     machine = topo.machine_rank if topo.num_machines > 1 else None

@@ -100,6 +100,15 @@ def launch(arts: Artefacts, entry: Entry, topo: Topology | None = None) -> int:
     # A package the build needs and this installation lacks (DeepSpeed, diffusers, peft come
     # with their own extras): one message naming the extra, before any rank starts.
     check_installed(arts, trains=entry.module == "tuner.runtime.worker")
+    if arts.plan.uses_deepspeed:  # a build lock left by a killed build would hang every rank, silently
+        from .artefacts import RunError
+        from .op_cache import refuse_stale
+
+        try:
+            refuse_stale()
+        except RunError as exc:
+            print(f"{entry.command}: {exc.message}", file=sys.stderr, flush=True)
+            return EXIT_USAGE
     topo = topo or Topology.resolve(arts)
     if topo.num_machines > 1 and topo.machine_rank == 0 and port_taken(topo.main_port):
         print(port_taken_message(entry.command, topo.main_port), file=sys.stderr)

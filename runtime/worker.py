@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> int:
     rank = os.environ.get("RANK", "0")
     try:
         arts = load(args.build_dir)
+        if arts.plan.uses_deepspeed:  # say what DeepSpeed builds; refuse a stale build lock
+            from .op_cache import announce_builds
+
+            announce_builds()
         from . import callbacks as cbs
         from .check.observer import redirect_output, rehearsal  # `tuner check` only
         from .trainer import Trainer
