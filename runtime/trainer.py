@@ -22,7 +22,7 @@ import torch
 
 from ..compiler.plan.strategy import Strategy
 from . import checkpoint as ckpt
-from . import cpu_shim, tracking
+from . import cpu_shim, rank_guard, tracking
 from .artefacts import Artefacts, RunError
 from .callbacks import Callbacks
 from .families import get_family
@@ -260,6 +260,8 @@ class Trainer:
                 metrics = None
                 if t.log_every and (self.step % t.log_every == 0 or self.step == self.total_steps):
                     mean = float(self.acc.reduce(step_loss.reshape(1), "mean")[0])
+                    if mean != mean or mean in (float("inf"), float("-inf")):  # every rank sees it: all stop
+                        self._non_finite(step_loss, mean)
                     dt = time.perf_counter() - t_step
                     metrics = {"loss": mean, "lr": self._lr(), "epoch": self.epoch,
                                "throughput": step_units * self.world / max(dt, 1e-9), "tokens_seen": self.tokens_seen}
@@ -279,6 +281,15 @@ class Trainer:
                 self.epoch += 1
                 self.batches_in_epoch = 0
 
+    def _non_finite(self, step_loss: torch.Tensor, mean: float) -> None:
+        losses = [float(x) for x in self.acc.gather(step_loss.detach().float().reshape(1))]
+        bad = [r for r, x in enumerate(losses) if x != x or x in (float("inf"), float("-inf"))]
+        last = ckpt.latest_checkpoint(self.ckdir)
+        raise RunError(f"the loss is {mean} at step {self.step}, from rank{'s' if len(bad) > 1 else ''} "
+                       f"{', '.join(map(str, bad)) or '?'} (host {os.uname().nodename}); every rank stopped. "
+                       f"Last complete checkpoint: {last or 'none'}; lower training.learning_rate or check that "
+                       "rank's data, then resume with --resume latest")
+
     def _zero_loss(self) -> torch.Tensor:
         return torch.zeros((), dtype=torch.float32, device=self.acc.device)
 
@@ -292,6 +303,7 @@ class Trainer:
         if self.val_loader is None:
             return {}
         self.fam.ctx.extra.update(step=self.step, output_dir=str(self.out))
+        rank_guard.doing(f"validation at step {self.step}")  # for the launcher's hang watch
         self.model.eval()
         metrics = self.fam.evaluate(self.model, self.val_loader, self.acc)
         self.model.train()
@@ -301,6 +313,7 @@ class Trainer:
 
     # -- checkpoints --------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
+        rank_guard.doing(f"saving checkpoint step-{self.step}")  # for the launcher's hang watch
         tmp = ckpt.tmp_dir_for(self.ckdir, self.step)
         if self.main:
             self.ckdir.mkdir(parents=True, exist_ok=True)

@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> int:
         from .check.observer import redirect_output, rehearsal  # `tuner check` only
         from .trainer import Trainer
 
-        given = [*(callbacks or []), *(cb for spec in args.callback for cb in cbs.load(spec))]
+        rank_guard.watch(arts.output_dir)  # what this rank does, for the launcher's hang watch
+        given = [rank_guard.PhaseCallback(), *(callbacks or []), *(cb for spec in args.callback for cb in cbs.load(spec))]
         with rehearsal():
             Trainer(redirect_output(arts), resume=args.resume, max_steps=args.max_steps, callbacks=given).train()
         _shutdown()
