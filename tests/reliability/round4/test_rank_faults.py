@@ -148,3 +148,28 @@ def test_rank_divergent_faults_end_within_the_bound(tmp_path):
     report = {f: (round(r["took"] or -1, 1), [c for c, _ in r["results"]]) for f, r in got.items()}
     print("fault -> (seconds from the fault to the end, exit codes):", report)
     assert not problems, (problems, report)
+
+
+def test_the_watch_names_the_rank_the_others_wait_for():
+    """The rules in-process: same state, no hang; different states past the bound, the rank not in
+    a training step (else the one behind); a live rank without a heartbeat, stopped."""
+    from tuner.runtime.hang_watch import culprit
+
+    now, me = 1000.0, os.getpid()
+    host = socket.gethostname()
+
+    def rank(r, what, since, beat=now):
+        return {"rank": r, "machine": 0, "host": host, "pid": me, "what": what, "since": since, "beat": beat}
+
+    same = {0: rank(0, "training step 3", 900), 1: rank(1, "training step 3", 900)}
+    assert culprit(same, now, 15) is None
+    recent = {0: rank(0, "validation at step 3", 990), 1: rank(1, "training step 4", 990)}
+    assert culprit(recent, now, 15) is None  # diverged 10 s < 15 s
+    diverged = {0: rank(0, "training step 4", 950), 1: rank(1, "finishing (final validation and export)", 960)}
+    assert culprit(diverged, now, 15).startswith("rank 1 on machine 0"), culprit(diverged, now, 15)
+    behind = {0: rank(0, "training step 3", 900), 1: rank(1, "training step 4", 950)}
+    assert culprit(behind, now, 15).startswith("rank 0 "), culprit(behind, now, 15)
+    silent = {0: rank(0, "training step 3", 900), 1: rank(1, "training step 3", 900, beat=950)}
+    assert "rank 1 " in culprit(silent, now, 15) and "stopped responding" in culprit(silent, now, 15)
+    gone = {0: rank(0, "training step 3", 900), 1: {**rank(1, "training step 3", 900, beat=950), "pid": 2 ** 22 + 7}}
+    assert culprit(gone, now, 15) is None  # a rank that exited is the elastic agent's to report
