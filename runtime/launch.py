@@ -206,7 +206,7 @@ def _launch_cpu_once(arts: Artefacts, entry: Entry, topo: Topology, nproc: int) 
     config = launch_config(topo, nproc, endpoint, run_id)
     from .hang_watch import HangWatch
 
-    watch = HangWatch(arts.output_dir) if entry.module == "tuner.runtime.worker" else None
+    watch = HangWatch(_ranks_output(arts)) if entry.module == "tuner.runtime.worker" else None
     try:
         with watch or contextlib.nullcontext():
             elastic_launch(config, sys.executable)("-m", entry.module, *entry.args)
@@ -232,6 +232,14 @@ def _launch_cpu_once(arts: Artefacts, entry: Entry, topo: Topology, nproc: int) 
             return EXIT_RANK_FAILED
         raise
     return EXIT_OK
+
+
+def _ranks_output(arts: Artefacts) -> Path:
+    """Where the trainer's ranks write: the output directory, or in a `tuner check` rehearsal the
+    check's temporary folder (runtime/check/observer.py's `redirect_output`)."""
+    from .check.observer import DIR_ENV
+
+    return Path(os.environ[DIR_ENV]) / "output" if os.environ.get(DIR_ENV) else arts.output_dir
 
 
 def _causes(exc: BaseException | None) -> str:

@@ -60,10 +60,11 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> int:
         from .check.observer import redirect_output, rehearsal  # `tuner check` only
         from .trainer import Trainer
 
+        arts = redirect_output(arts)  # `tuner check`: under the check's temporary folder
         rank_guard.watch(arts.output_dir)  # what this rank does, for the launcher's hang watch
         given = [rank_guard.PhaseCallback(), *(callbacks or []), *(cb for spec in args.callback for cb in cbs.load(spec))]
         with rehearsal():
-            Trainer(redirect_output(arts), resume=args.resume, max_steps=args.max_steps, callbacks=given).train()
+            Trainer(arts, resume=args.resume, max_steps=args.max_steps, callbacks=given).train()
         _shutdown()
     except (RunError, FamilyError) as exc:
         if rank == "0":
