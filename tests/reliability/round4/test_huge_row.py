@@ -14,7 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.reliability.conftest import run_env
+
+pytestmark = pytest.mark.slow  # starts tuner processes (and ranks)
 
 SETTINGS = """\
 [model]

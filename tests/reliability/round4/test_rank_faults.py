@@ -18,7 +18,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from tests.reliability.conftest import run_env
+
+pytestmark = pytest.mark.slow  # starts tuner processes (and ranks)
 
 HERE = Path(__file__).resolve().parent
 HANG_S = 15

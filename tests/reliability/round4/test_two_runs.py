@@ -18,6 +18,8 @@ import pytest
 
 from tests.reliability.conftest import run_env
 
+pytestmark = pytest.mark.slow  # starts tuner processes (and ranks)
+
 SETTINGS = """\
 [model]
 family = "causal_lm"
