@@ -25,7 +25,7 @@ def run(args) -> int:
     try:
         from ..runtime.export import export_checkpoint
 
-        out = export_checkpoint(args.checkpoint, args.out)
+        out = export_checkpoint(args.checkpoint, args.out, args.max_shard_size)
     except (RunError, FamilyError) as exc:
         print(f"tuner checkpoint export: {exc}", file=sys.stderr)
         return EXIT_USAGE

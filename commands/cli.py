@@ -63,6 +63,20 @@ def _nonempty_path(text: str) -> Path:
     return Path(text)
 
 
+def _shard_size(text: str) -> int | str:
+    """argparse type: bytes (``1000000``) or a size with huggingface_hub's units (``5GB``, ``500MB``,
+    ``KB``, ``TB``: powers of 1000), as ``save_pretrained``'s ``max_shard_size`` takes it."""
+    import re
+
+    t = text.strip()
+    if re.fullmatch(r"[1-9]\d*", t):
+        return int(t)
+    if re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]B", t, flags=re.IGNORECASE) and float(re.sub(r"[^\d.]", "", t)) > 0:
+        return t
+    raise argparse.ArgumentTypeError(f"{text!r} is not a size: write bytes (1000000) or a number with KB, MB, GB "
+                                     "or TB (5GB)")
+
+
 SETTING_DEST = "setting:"
 #: Boolean spellings a settings flag may take as its value (anything else after a boolean
 #: flag is the next argument, and the flag alone means true).
@@ -203,8 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="find silent faults before training: launch checks and a short rehearsal",
                        usage="tuner check [--json] [--skip NAME[,NAME]] [--launch-only] [--machine-rank N] "
-                             "BUILD_DIR [SCRIPT | -m MODULE] [ARGS...]")
-    p.add_argument("build_dir", type=Path, help="a build directory (with manifest.json)")
+                             "(BUILD_DIR | SETTINGS.toml) [SCRIPT | -m MODULE] [ARGS...]")
+    p.add_argument("build_dir", type=Path,
+                   help="a build directory (with manifest.json), or a settings file (compiled first, as tuner run does)")
     p.add_argument("target", nargs=argparse.REMAINDER,
                    help="SCRIPT [ARGS...] or -m MODULE [ARGS...] (none: tuner's own trainer)")
     p.add_argument("--json", action="store_true", help="the report as JSON on stdout (the ranks' output goes to stderr)")
@@ -219,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("checkpoint", type=Path)
     e.add_argument("--out", type=_nonempty_path, required=True,
                    help="a new or empty directory, or one an earlier export wrote (its other files are kept)")
+    e.add_argument("--max-shard-size", type=_shard_size, default="5GB",
+                   help="the largest safetensors file (default 5GB); a larger model is written as "
+                        "model-0000N-of-0000M.safetensors + model.safetensors.index.json, one shard in memory at a time")
 
     p = sub.add_parser("blocks", help="list a model's module classes and suggest FSDP wrap classes (meta device)")
     p.add_argument("model", help="a local model directory or builtin[:NAME]")

@@ -280,6 +280,9 @@ class Trainer:
             else:
                 self.epoch += 1
                 self.batches_in_epoch = 0
+                every, steps = self.s.checkpoint.every_epochs, self.s.checkpoint.every_steps
+                if every and self.epoch % every == 0 and not (steps and self.step % steps == 0):
+                    self.save_checkpoint()  # at the epoch's end (unless every_steps just saved this step)
 
     def _non_finite(self, step_loss: torch.Tensor, mean: float) -> None:
         losses = [float(x) for x in self.acc.gather(step_loss.detach().float().reshape(1))]

@@ -96,12 +96,6 @@ def check(n: Normalised, diags: Diagnostics, detected: str, found: Any = None,
         diags.error(K.TRAINING_NUM_EPOCHS, "both training.max_steps and training.num_epochs are 0: nothing would train",
                     "set max_steps (max_train_steps) or num_epochs")
 
-    # -- LoRA -------------------------------------------------------------------------
-    if s.model.type == "lora" and ds_on:
-        diags.error(K.MODEL_TYPE, "LoRA is not supported with DeepSpeed: DeepSpeed changes the model saving "
-                    "routines, so adapters would not be saved correctly",
-                    "use FSDP2 (fsdp.enabled = true, fsdp.version = 2) for LoRA, or model.type = \"full\"")
-
     check_runtime_keys(s, platform, diags)  # trackers, LoRA targets, QLoRA
 
     # -- context parallelism ----------------------------------------------------------

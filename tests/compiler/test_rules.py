@@ -61,9 +61,13 @@ def test_fsdp_v1_is_deprecated_but_works():
     assert "fsdp_use_orig_params: true" in r.accelerate_yaml
 
 
-def test_lora_with_deepspeed_is_refused_and_with_fsdp2_is_fine():
-    r = compile_("model_type = 'lora'\n[deepspeed]\nenabled = true\n")
-    assert any("LoRA is not supported with DeepSpeed" in e for e in errors(r))
+@pytest.mark.parametrize("stage", [2, 3])
+def test_lora_compiles_with_deepspeed_and_with_fsdp2(stage):
+    """LoRA under ZeRO-2/3 trains and saves its adapters (tests/runtime/test_lora_deepspeed.py):
+    the compile no longer refuses it."""
+    r = compile_(f"model_type = 'lora'\nnum_processes = 2\n[deepspeed]\nenabled = true\nzero_stage = {stage}\n")
+    assert r.ok and not any("LoRA" in e for e in errors(r)), errors(r)
+    assert r.plan.strategy == f"zero{stage}"
     assert compile_("model_type = 'lora'\nfsdp_enable = true\nnum_processes = 2\n").ok
 
 
