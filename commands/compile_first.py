@@ -9,8 +9,9 @@ from pathlib import Path
 from ..compiler.diagnostics import EXIT_INVALID, EXIT_USAGE
 
 
-def compile_settings(settings: Path, overrides: list[str]) -> Path | int:
-    """The build directory, or the exit code when the compile failed (its diagnostics printed)."""
+def compile_settings(settings: Path, overrides: list[str], keep: dict[str, str] | None = None) -> Path | int:
+    """The build directory, or the exit code when the compile failed (its diagnostics printed).
+    `keep`: receives the artefacts as compiled (name -> text), whoever writes the folder next."""
     from ..compiler import SourceError, compile_file
     from ..compiler.diagnostics import render_text
 
@@ -25,6 +26,8 @@ def compile_settings(settings: Path, overrides: list[str]) -> Path | int:
         return EXIT_INVALID
     if problems:
         print(render_text(problems), file=sys.stderr)
+    if keep is not None:
+        keep.update(result.files)
     try:
         return result.write()
     except OSError as exc:

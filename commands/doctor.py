@@ -14,7 +14,7 @@ from ..compiler.read import hardware
 
 
 def run(args) -> int:
-    from ..runtime.doctor import collect, paths_from_settings
+    from ..runtime.doctor import collect, op_cache_line, paths_from_settings
 
     paths = {K.OUTPUT_DIR: "output"}
     if args.settings is not None:
@@ -33,4 +33,6 @@ def run(args) -> int:
     except OSError as exc:
         facts.warnings.append(f"could not save the facts for the compiler: {exc}")
     print(facts.to_json() if args.json else facts.report())
+    if not args.json:
+        print(op_cache_line())
     return EXIT_OK

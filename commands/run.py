@@ -3,6 +3,10 @@
 The runtime reads only the compiled artefacts (manifest.json, accelerate.yaml,
 deepspeed.json). Given a settings file, this command compiles it (with any ``--set``
 overrides) into ``build/`` beside it first, exactly as `tuner compile` would.
+
+The ranks never read ``build/`` itself (another run from the same folder may replace it
+while they start): they read the run's own copy, written into the output directory once
+the run holds its lock (runtime/run_build.py).
 """
 
 from __future__ import annotations
@@ -18,16 +22,19 @@ def run(args) -> int:
     target: Path = args.target
     overrides = list(getattr(args, "overrides", []) or [])
     if target.is_file():
-        built = compile_settings(target, overrides)
+        compiled: dict[str, str] = {}  # the run keeps what it compiled: build/ may be another run's by then
+        built = compile_settings(target, overrides, keep=compiled)
         if isinstance(built, int):
             return built
-        build_dir = built
+        from ..runtime.run_build import RUN_FILES
+
+        build_dir, files = built, {n: compiled[n].encode("utf-8") for n in RUN_FILES if n in compiled}
     else:
         if overrides:
             print("tuner run: --set applies to a settings file; this is a build directory "
                   "(recompile it with `tuner compile SETTINGS --set ...`)", file=sys.stderr)
             return EXIT_USAGE
-        build_dir = target
+        build_dir, files = target, None
     if getattr(args, "check", False):
         from .check import run_checks
 
@@ -36,47 +43,76 @@ def run(args) -> int:
         if code:
             return code
 
-    from ..runtime.artefacts import RunError, load
-    from ..runtime.run_lock import acquire_run_lock, check_output_dir
+    from ..runtime import run_build
+    from ..runtime.artefacts import RunError
 
     try:
-        arts = load(build_dir)
-        _check_trainable(arts)
-        from ..runtime.launch import Topology, launch, worker_entry
-
-        topo = Topology.resolve(arts, getattr(args, "machine_rank", None), getattr(args, "main_address", None),
-                                getattr(args, "main_port", None))
-        # One run per output directory (per machine of a multi-machine job); taking the lock
-        # also proves the directory writable before any rank starts. The lock dies with this
-        # process (kill -9 included).
-        with acquire_run_lock(arts.output_dir, topo.machine_rank if topo.num_machines > 1 else None):
-            # An output directory that holds a run is resumed when asked, refused otherwise.
-            resume = check_output_dir(arts.output_dir, args.resume or arts.settings.checkpoint.resume, str(target))
-            new_batch = bool(getattr(args, "new_global_batch", False))
-            resume = _check_resume(arts, resume, args.max_steps, new_batch)
-            from ..runtime.extras import check_installed
-
-            check_installed(arts, trains=True)  # a missing package is named before the data is read
-            _check_data(arts)
-            _clear_stale_offload(arts)
-            entry = worker_entry(arts, resume, args.max_steps, getattr(args, "callback", None) or [], new_batch)
-            return launch(arts, entry, topo)
+        files = run_build.pinned(files if files is not None else run_build.read_build(build_dir), build_dir)
+        with run_build.staged(files) as staged:  # checked in a private folder until the run holds its lock
+            return _run_locked(args, target, run_build, files, staged)
     except RunError as exc:
         print(f"tuner run: {exc.message}", file=sys.stderr)
         return exc.exit_code
 
 
+def _run_locked(args, target: Path, run_build, files: dict[str, bytes], arts) -> int:
+    from ..runtime.launch import Topology, launch, worker_entry
+    from ..runtime.run_lock import acquire_run_lock, check_output_dir
+
+    _check_trainable(arts)
+    if arts.plan.uses_deepspeed:  # before anything slow: a stale build lock would hang every rank
+        from ..runtime.op_cache import refuse_stale
+
+        refuse_stale()
+    topo = Topology.resolve(arts, getattr(args, "machine_rank", None), getattr(args, "main_address", None),
+                            getattr(args, "main_port", None))
+    machine = topo.machine_rank if topo.num_machines > 1 else None
+    # One run per output directory (per machine of a multi-machine job); taking the lock
+    # also proves the directory writable before any rank starts. The lock dies with this
+    # process (kill -9 included).
+    with acquire_run_lock(arts.output_dir, machine):
+        # An output directory that holds a run is resumed when asked, refused otherwise.
+        resume = check_output_dir(arts.output_dir, args.resume or arts.settings.checkpoint.resume, str(target))
+        new_batch = bool(getattr(args, "new_global_batch", False))
+        resume = _check_resume(arts, resume, args.max_steps, new_batch)
+        from ..runtime.extras import check_installed
+
+        check_installed(arts, trains=True)  # a missing package is named before the data is read
+        _check_data(arts)
+        _clear_stale_offload(arts)
+        # From here the run reads only its own copy of the build, beside the lock: written last,
+        # so a refused run never replaces an earlier run's.
+        arts = _freeze(run_build, files, arts.output_dir, machine)
+        entry = worker_entry(arts, resume, args.max_steps, getattr(args, "callback", None) or [], new_batch)
+        return launch(arts, entry, topo)
+
+
+def _freeze(run_build, files: dict[str, bytes], output_dir: Path, machine: int | None):
+    from ..runtime.artefacts import RunError
+
+    try:
+        return run_build.freeze(files, output_dir, machine)
+    except OSError as exc:
+        from ..compiler.read.files import describe_os_error
+
+        raise RunError(f"cannot write the run's copy of its build into {output_dir}: {describe_os_error(exc)}; "
+                       "free space there or set output.dir to a writable directory") from None
+
+
 def _check_trainable(arts) -> None:
     """A build compiled for another trainer (a family or standalone context parallelism
     tuner's runtime does not implement) is refused before any rank starts."""
+    from ..compiler.artefacts.emit import ACCELERATE_YAML
     from ..runtime.artefacts import RunError
     from ..runtime.families import FAMILIES
+    from ..runtime.run_build import SOURCE_KEY
 
     s = arts.settings
     if s.model.family not in FAMILIES:
         raise RunError(f"tuner run cannot train model family {s.model.family!r} (it trains {', '.join(sorted(FAMILIES))}); "
                        f"use the artefacts with your own trainer: accelerate launch --config_file "
-                       f"{arts.accelerate_yaml} SCRIPT", exit_code=EXIT_INVALID)
+                       f"{Path(arts.manifest.get(SOURCE_KEY) or arts.build_dir) / ACCELERATE_YAML} SCRIPT",
+                       exit_code=EXIT_INVALID)
     from ..runtime.optim import missing_optimizer_package
 
     problem = missing_optimizer_package(s.training.optimizer) if not s.deepspeed.enabled else None

@@ -189,3 +189,13 @@ def paths_from_settings(s, base_dir: Path | None = None) -> dict[str, str]:
     if s.deepspeed.nvme_path:
         out[K.DEEPSPEED_NVME_PATH] = resolve(s.deepspeed.nvme_path)
     return out
+
+
+def op_cache_line() -> str:
+    """DeepSpeed's op cache: built, being built, stale locks (runtime/op_cache.py)."""
+    try:
+        from .op_cache import summary
+
+        return summary()
+    except Exception as exc:  # noqa: BLE001 - the doctor never fails on a probe
+        return f"DeepSpeed op cache: unknown ({type(exc).__name__}: {exc})"

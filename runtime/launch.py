@@ -102,6 +102,15 @@ def launch(arts: Artefacts, entry: Entry, topo: Topology | None = None) -> int:
     # A package the build needs and this installation lacks (DeepSpeed, diffusers, peft come
     # with their own extras): one message naming the extra, before any rank starts.
     check_installed(arts, trains=entry.module == "tuner.runtime.worker")
+    if arts.plan.uses_deepspeed:  # a build lock left by a killed build would hang every rank, silently
+        from .artefacts import RunError
+        from .op_cache import refuse_stale
+
+        try:
+            refuse_stale()
+        except RunError as exc:
+            print(f"{entry.command}: {exc.message}", file=sys.stderr, flush=True)
+            return EXIT_USAGE
     topo = topo or Topology.resolve(arts)
     if topo.num_machines > 1 and topo.machine_rank == 0 and port_taken(topo.main_port):
         print(port_taken_message(entry.command, topo.main_port), file=sys.stderr)
@@ -197,10 +206,16 @@ def _launch_cpu_once(arts: Artefacts, entry: Entry, topo: Topology, nproc: int) 
     else:
         endpoint, run_id = f"127.0.0.1:{topo.main_port}", f"tuner-{uuid.uuid4().hex[:8]}"
     config = launch_config(topo, nproc, endpoint, run_id)
+    from .hang_watch import HangWatch
+
+    watch = HangWatch(_ranks_output(arts)) if entry.module == "tuner.runtime.worker" else None
     try:
-        elastic_launch(config, sys.executable)("-m", entry.module, *entry.args)
+        with watch or contextlib.nullcontext():
+            elastic_launch(config, sys.executable)("-m", entry.module, *entry.args)
     except ChildFailedError as exc:
-        return _report_failure(entry, exc)
+        if watch is not None and watch.cause:
+            return _report_hang(arts, entry, watch)
+        return _report_failure(entry, exc, arts, watch)
     except SignalException as exc:
         return interrupted(arts, entry, int(exc.sigval))
     except KeyboardInterrupt:  # a Ctrl-C that landed before torch installed its handler
@@ -219,6 +234,14 @@ def _launch_cpu_once(arts: Artefacts, entry: Entry, topo: Topology, nproc: int) 
             return EXIT_RANK_FAILED
         raise
     return EXIT_OK
+
+
+def _ranks_output(arts: Artefacts) -> Path:
+    """Where the trainer's ranks write: the output directory, or in a `tuner check` rehearsal the
+    check's temporary folder (runtime/check/observer.py's `redirect_output`)."""
+    from .check.observer import DIR_ENV
+
+    return Path(os.environ[DIR_ENV]) / "output" if os.environ.get(DIR_ENV) else arts.output_dir
 
 
 def _causes(exc: BaseException | None) -> str:
@@ -269,7 +292,22 @@ def interrupted(arts: Artefacts, entry: Entry, signum: int) -> int:
     return 128 + signum
 
 
-def _report_failure(entry: Entry, exc) -> int:
+def last_checkpoint_words(arts: Artefacts) -> str:
+    from .checkpoint import checkpoints_dir, latest_checkpoint
+
+    last = latest_checkpoint(checkpoints_dir(arts.output_dir))
+    return f"last complete checkpoint: {last} (continue with --resume latest)" if last else \
+        "no complete checkpoint was written"
+
+
+def _report_hang(arts: Artefacts, entry: Entry, watch) -> int:
+    stacks = f"; every rank's Python stack: {watch.stacks}" if watch.stacks else ""
+    print(f"{entry.command}: the run hung: {watch.cause}; every rank was stopped (bound {watch.bound:.0f} s, "
+          f"TUNER_HANG_S); {last_checkpoint_words(arts)}{stacks}", file=sys.stderr, flush=True)
+    return EXIT_RANK_FAILED
+
+
+def _report_failure(entry: Entry, exc, arts: Artefacts | None = None, watch=None) -> int:
     failures = exc.failures or {}
     if not failures:
         print(f"{entry.command}: a rank failed", file=sys.stderr)
@@ -279,8 +317,13 @@ def _report_failure(entry: Entry, exc) -> int:
     if entry.module == "tuner.runtime.worker" and all(f.exitcode == 2 for f in failures.values()):
         return EXIT_USAGE  # a user error, already printed by rank 0
     desc = f"killed by signal {first.signal_name()}" if first.exitcode < 0 else f"exit code {first.exitcode}"
-    print(f"{entry.command}: rank {first_rank} failed ({desc}); the run was stopped on every rank "
-          f"(exit codes {codes}). See the rank's output above.", file=sys.stderr)
+    where, last = "", ""
+    if watch is not None and arts is not None:
+        rep = watch.ranks.get(first_rank) or {}
+        where = f" on machine {rep.get('machine', 0)} ({rep.get('host')}) while {rep.get('what')}" if rep else ""
+        last = f"; {last_checkpoint_words(arts)}"
+    print(f"{entry.command}: rank {first_rank} failed ({desc}){where}; the run was stopped on every rank "
+          f"(exit codes {codes}){last}. See the rank's output above.", file=sys.stderr)
     # Always 1: a script's own code (3, 200) is named above, not passed on, so that 2, 130 and
     # 143 keep their documented meaning (README, docs/launch.md).
     return EXIT_RANK_FAILED

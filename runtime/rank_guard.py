@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -60,3 +61,68 @@ def quiet_signals() -> None:
 def install() -> None:
     orphan_watchdog()
     quiet_signals()
+
+
+# --- what each rank is doing: the launcher's hang watch reads it (runtime/hang_watch.py) -------
+#: Where each rank reports, in the run's output folder: ``rank-R.json`` (what it does, since when,
+#: a heartbeat every `BEAT_S`) and ``rank-R.stack`` (its Python stacks, written on SIGUSR1).
+RANKS_DIR = ".tuner-ranks"
+BEAT_S = 1.0
+_state: dict = {}
+_paths: list = []  # the report and its temporary name
+_lock = threading.Lock()
+
+
+def doing(what: str) -> None:
+    """Say what this rank is doing now ("training step 5", "validation at step 4"): named
+    when the run stops, and compared across ranks by the launcher's hang watch."""
+    if _state:
+        _state.update(what=what, since=time.time())
+        _write_state()
+
+
+def _write_state() -> None:
+    with _lock:
+        try:
+            _paths[1].write_text(json.dumps({**_state, "beat": time.time()}), encoding="utf-8")
+            os.replace(_paths[1], _paths[0])
+        except (OSError, IndexError):
+            pass  # a full disk: the watch then sees no heartbeat, the rank's own error says why
+
+
+def watch(output_dir: str | os.PathLike, what: str = "starting") -> None:
+    """Report this rank's state into OUTPUT/.tuner-ranks/ and dump its Python stacks there on
+    SIGUSR1 (`faulthandler`, all threads: works while the main thread is blocked in a collective)."""
+    import faulthandler
+    import socket
+    from pathlib import Path
+
+    folder = Path(output_dir) / RANKS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    rank = os.environ.get("RANK", "0")
+    _state.update(rank=int(rank), local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+                  machine=int(os.environ.get("GROUP_RANK", os.environ.get("MACHINE_RANK", "0")) or 0),
+                  host=socket.gethostname(), pid=os.getpid(), what=what, since=time.time())
+    stack = open(folder / f"rank-{rank}.stack", "w", encoding="utf-8")  # noqa: SIM115 - held for the signal
+    faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
+    _paths[:] = [folder / f"rank-{rank}.json", folder / f".rank-{rank}.json.tmp"]
+
+    def beat() -> None:
+        while True:
+            _write_state()
+            time.sleep(BEAT_S)
+
+    threading.Thread(target=beat, name="tuner-rank-heartbeat", daemon=True).start()
+
+
+class PhaseCallback:
+    """The trainer's events as what the rank is doing (runtime/callbacks.py's interface)."""
+
+    def on_batch_start(self, trainer, batch) -> None:
+        doing(f"training step {trainer.step + 1}")
+
+    def on_save(self, trainer, partial_dir) -> None:
+        doing(f"saving checkpoint step-{trainer.step}")
+
+    def on_train_end(self, trainer) -> None:
+        doing("finishing (final validation and export)")

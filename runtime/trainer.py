@@ -9,11 +9,10 @@ Code of your own (and tuner's tests) joins in through callbacks (`callbacks.Trai
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,11 +21,12 @@ import torch
 
 from ..compiler.plan.strategy import Strategy
 from . import checkpoint as ckpt
-from . import cpu_shim, portable_state, resume_rules, tracking
+from . import cpu_shim, portable_state, rank_guard, resume_rules, tracking
 from .artefacts import Artefacts, RunError
 from .callbacks import Callbacks
 from .families import get_family
 from .families.base import FamilyContext
+from .full_disk import full_disk_named
 from .memory import rank_state_bytes
 from .optim import offload_optimizer_block, optimizer_and_scheduler
 from .progress import Reporter
@@ -273,6 +273,8 @@ class Trainer:
                 metrics = None
                 if t.log_every and (self.step % t.log_every == 0 or self.step == self.total_steps):
                     mean = float(self.acc.reduce(step_loss.reshape(1), "mean")[0])
+                    if mean != mean or mean in (float("inf"), float("-inf")):  # every rank sees it: all stop
+                        self._non_finite(step_loss, mean)
                     dt = time.perf_counter() - t_step
                     metrics = {"loss": mean, "lr": self._lr(), "epoch": self.epoch,
                                "throughput": step_units * self.world / max(dt, 1e-9), "tokens_seen": self.tokens_seen}
@@ -295,6 +297,15 @@ class Trainer:
                 if every and self.epoch % every == 0 and not (steps and self.step % steps == 0):
                     self.save_checkpoint()  # at the epoch's end (unless every_steps just saved this step)
 
+    def _non_finite(self, step_loss: torch.Tensor, mean: float) -> None:
+        losses = [float(x) for x in self.acc.gather(step_loss.detach().float().reshape(1))]
+        bad = [r for r, x in enumerate(losses) if x != x or x in (float("inf"), float("-inf"))]
+        last = ckpt.latest_checkpoint(self.ckdir)
+        raise RunError(f"the loss is {mean} at step {self.step}, from rank{'s' if len(bad) > 1 else ''} "
+                       f"{', '.join(map(str, bad)) or '?'} (host {os.uname().nodename}); every rank stopped. "
+                       f"Last complete checkpoint: {last or 'none'}; lower training.learning_rate or check that "
+                       "rank's data, then resume with --resume latest")
+
     def _zero_loss(self) -> torch.Tensor:
         return torch.zeros((), dtype=torch.float32, device=self.acc.device)
 
@@ -308,6 +319,7 @@ class Trainer:
         if self.val_loader is None:
             return {}
         self.fam.ctx.extra.update(step=self.step, output_dir=str(self.out))
+        rank_guard.doing(f"validation at step {self.step}")  # for the launcher's hang watch
         self.model.eval()
         metrics = self.fam.evaluate(self.model, self.val_loader, self.acc)
         self.model.train()
@@ -317,11 +329,12 @@ class Trainer:
 
     # -- checkpoints --------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
+        rank_guard.doing(f"saving checkpoint step-{self.step}")  # for the launcher's hang watch
         tmp = ckpt.tmp_dir_for(self.ckdir, self.step)
         if self.main:
             self.ckdir.mkdir(parents=True, exist_ok=True)
         self.acc.wait_for_everyone()
-        with _full_disk_named(tmp):
+        with full_disk_named(tmp):
             self.acc.save_state(str(tmp))
             self.callbacks.fire("on_save", self, tmp)
             self.fam.save_state(tmp, self.acc)
@@ -358,38 +371,7 @@ class Trainer:
         if self.main:  # the rules of `tuner checkpoint export`: a file of the person's in final/ is kept
             from .export import export_model_dir
 
-            with _full_disk_named(out_dir):
+            with full_disk_named(out_dir):
                 export_model_dir(lambda target: self.fam.export(state, target), out_dir, f"run {self.out}")
             print(f"exported full model: {out_dir}", flush=True)
         self.acc.wait_for_everyone()
-
-
-@contextlib.contextmanager
-def _full_disk_named(where: Path) -> Iterator[None]:
-    """Inside it, a full disk is raised as an OSError naming `where` (`_no_space`); any other
-    error as it is."""
-    try:
-        yield
-    except Exception as exc:
-        full = _no_space(exc, where)
-        if full is None or full is exc:
-            raise
-        raise full from exc
-
-
-def _no_space(exc: BaseException, where: Path) -> OSError | None:
-    """A full disk as an OSError naming `where` (torch's writer says only "file write failed",
-    losing the errno): the worker reports it as one line, exit 2. None when space is left."""
-    import errno
-
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return exc if exc.filename else OSError(exc.errno, exc.strerror, str(where))
-    try:
-        free = os.statvfs(where if where.exists() else where.parent)
-    except OSError:
-        return None
-    if "No space left" in str(exc) or free.f_bavail * free.f_frsize < (1 << 20):
-        return OSError(errno.ENOSPC, "No space left on device", str(where))
-    return None
-
-

@@ -53,13 +53,19 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> int:
     rank = os.environ.get("RANK", "0")
     try:
         arts = load(args.build_dir)
+        if arts.plan.uses_deepspeed:  # say what DeepSpeed builds; refuse a stale build lock
+            from .op_cache import announce_builds
+
+            announce_builds()
         from . import callbacks as cbs
         from .check.observer import redirect_output, rehearsal  # `tuner check` only
         from .trainer import Trainer
 
-        given = [*(callbacks or []), *(cb for spec in args.callback for cb in cbs.load(spec))]
+        arts = redirect_output(arts)  # `tuner check`: under the check's temporary folder
+        rank_guard.watch(arts.output_dir)  # what this rank does, for the launcher's hang watch
+        given = [rank_guard.PhaseCallback(), *(callbacks or []), *(cb for spec in args.callback for cb in cbs.load(spec))]
         with rehearsal():
-            Trainer(redirect_output(arts), resume=args.resume, max_steps=args.max_steps, callbacks=given,
+            Trainer(arts, resume=args.resume, max_steps=args.max_steps, callbacks=given,
                     new_global_batch=args.new_global_batch).train()
         _shutdown()
     except (RunError, FamilyError) as exc:

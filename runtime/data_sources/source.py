@@ -165,8 +165,47 @@ def _last_line(exc: BaseException) -> str:
     return (type(exc).__name__ + ": " + text[-1][:200]) if text else type(exc).__name__
 
 
+#: The largest row (one line of a JSON Lines, CSV or text file) tuner reads. Reading a row costs
+#: many times its size (`datasets`' JSON reader, Python strings, the tokenizer): a 100 MB line
+#: took 16 GB, about 160 times its size; at that rate an 8 MiB row costs about 1.3 GB (an estimate,
+#: docs/reliability.md).
+MAX_ROW_BYTES = 8 << 20
+_CHUNK = 1 << 20
+
+
+def longest_line(f: Path) -> tuple[int, int]:
+    """(the line number, its size in bytes) of `f`'s longest line, read 1 MiB at a time."""
+    best = (0, 0)
+    line, current = 1, 0
+    with open(f, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            parts = chunk.split(b"\n")
+            for i, part in enumerate(parts):
+                current += len(part)
+                if current > best[1]:
+                    best = (line, current)
+                if i < len(parts) - 1:
+                    line, current = line + 1, 0
+    return best
+
+
+def _check_row_sizes(f: Path, head: bytes) -> None:
+    """Refuse a row too large to read, naming the file, the row and its size (before any rank
+    reads it: every rank would pay it at once)."""
+    suffix = f.suffix.lower()
+    if BUILDERS.get(suffix) not in ("json", "csv", "text") or suffix == ".json" and head.lstrip()[:1] == b"[":
+        return  # a JSON array is one document: datasets reads it whole, whatever its lines
+    n, size = longest_line(f)
+    if size > MAX_ROW_BYTES:
+        raise DataError(f"{f}: line {n}", f"one row of {size / 1e6:.1f} MB (at most {MAX_ROW_BYTES >> 20} MiB per row: "
+                        "reading a row costs many times its size)",
+                        "split the document into rows of a few MB (e.g. by chapter or paragraph); "
+                        "packing joins them again up to data.seq_len")
+
+
 def _check_file(f: Path) -> None:
-    """The checks every format shares: readable, not empty, UTF-8 (text formats)."""
+    """The checks every format shares: readable, not empty, UTF-8 (text formats), no row too
+    large to read."""
     try:
         size = f.stat().st_size
         with open(f, "rb") as fh:
@@ -183,6 +222,7 @@ def _check_file(f: Path) -> None:
                 line = head[: exc.start].count(b"\n") + 1
                 raise DataError(f"{f}: line {line}", f"not UTF-8 text (byte 0x{head[exc.start]:02x})",
                                 f"re-encode the file, e.g. `iconv -f latin1 -t utf-8 {f} > {f.stem}.utf8{f.suffix}`") from None
+    _check_row_sizes(f, head)
 
 
 def diagnose_file(f: Path, builder: str) -> None:

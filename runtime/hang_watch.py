@@ -1,0 +1,168 @@
+"""The launcher's hang watch: a rank-divergent failure ends the run within a bound, never a hang.
+
+A rank that dies ends the run through torch's elastic agent (runtime/launch.py). A rank that
+hangs does not: a stopped rank (SIGSTOP), a rank out of data, validation on rank 0 only that
+outlasts the others, a collective only some ranks call: the others wait in a collective until
+the process-group timeout (300 s by default, 30 minutes in many trainers). So every rank of
+`tuner run` reports what it is doing and a heartbeat into ``OUTPUT/.tuner-ranks/``
+(`rank_guard.watch` / `rank_guard.doing`), and this thread in the launcher stops the run when
+
+* a rank's heartbeat is older than the bound (the process is stopped or frozen), or
+* the ranks have been doing different things for longer than the bound (one validates, saves
+  or has finished while the others wait in the next step's collective).
+
+It then has every rank of this machine write its Python stacks (``faulthandler`` on SIGUSR1,
+a stopped rank is continued for it), copies them to ``OUTPUT/stacks/``, kills this machine's
+ranks, and `launch` prints one message: the machine, the rank, what it was doing, the last
+complete checkpoint. Every launcher of a job watches every rank it can see (an output folder
+shared by the machines); machines that share no folder fall back on ``TUNER_PG_TIMEOUT``.
+
+The bound is ``TUNER_HANG_S`` seconds (default 25): with the stacks and the elastic agent's stop,
+every rank is gone within 60 s of the fault (docs/reliability.md has the figures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+from .rank_guard import RANKS_DIR
+
+HANG_S = float(os.environ.get("TUNER_HANG_S", "25"))
+POLL_S = 1.0
+
+
+def read_ranks(output_dir: Path, since: float) -> dict[int, dict]:
+    """The ranks' reports written since `since` (earlier runs' files are ignored)."""
+    found = {}
+    for p in (Path(output_dir) / RANKS_DIR).glob("rank-*.json"):
+        try:
+            rep = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(rep, dict) and rep.get("beat", 0) >= since:
+            found[int(rep.get("rank", -1))] = rep
+    return found
+
+
+def describe(rep: dict, now: float | None = None) -> str:
+    now = now or time.time()
+    return (f"rank {rep.get('rank')} on machine {rep.get('machine', 0)} ({rep.get('host', '?')}, pid {rep.get('pid')}) "
+            f"was {rep.get('what', '?')} (for {now - rep.get('since', now):.0f} s)")
+
+
+def culprit(ranks: dict[int, dict], now: float, bound: float) -> str | None:
+    """The cause line when the ranks hang, or None."""
+    host = socket.gethostname()
+    silent = [r for r in ranks.values() if now - r.get("beat", now) > bound  # a rank that exited is the agent's
+              and (r.get("host") != host or _alive(r.get("pid")))]
+    if silent:
+        r = min(silent, key=lambda r: r["rank"])
+        return f"{describe(r, now)} and stopped responding (no heartbeat for {now - r['beat']:.0f} s)"
+    doings = {r.get("what") for r in ranks.values()}
+    if len(doings) < 2:
+        return None
+    diverged_for = now - max(r.get("since", now) for r in ranks.values())
+    if diverged_for <= bound:
+        return None
+    # the odd one out: a rank not in a training step (validation, a save, finished), else the one
+    # whose state is oldest (the rank behind, which the others wait for)
+    odd = [min(ranks.values(), key=lambda r: (str(r.get("what", "")).startswith("training step"), r.get("since", now)))]
+    others = [r for r in ranks.values() if r not in odd]
+    waited = ", ".join(sorted({str(r.get("what")) for r in others}))
+    return (f"{describe(odd[0], now)} while rank{'s' if len(others) > 1 else ''} "
+            f"{', '.join(str(r['rank']) for r in sorted(others, key=lambda r: r['rank']))} waited ({waited}) "
+            f"for {diverged_for:.0f} s")
+
+
+class HangWatch:
+    """Started by the launcher before its ranks; `cause` is set once it stopped them."""
+
+    def __init__(self, output_dir: Path, bound: float = HANG_S) -> None:
+        self.output_dir, self.bound = Path(output_dir), bound
+        self.started = time.time()
+        self.cause: str | None = None
+        self.stacks: Path | None = None
+        self.ranks: dict[int, dict] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tuner-hang-watch", daemon=True)
+
+    def __enter__(self) -> HangWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL_S):
+            now = time.time()
+            self.ranks = read_ranks(self.output_dir, self.started)
+            cause = culprit(self.ranks, now, self.bound) if self.ranks else None
+            if cause:
+                self.cause = cause
+                self._stop_ranks()
+                return
+
+    def _mine(self) -> list[dict]:
+        host = socket.gethostname()
+        return [r for r in self.ranks.values() if r.get("host") == host and _alive(r.get("pid"))]
+
+    def _stop_ranks(self) -> None:
+        mine = self._mine()
+        for r in mine:  # freeze this machine's ranks where they are
+            _signal(r["pid"], signal.SIGSTOP)
+        for r in mine:  # then each, in turn, writes its stacks (faulthandler on SIGUSR1) and stops again
+            stack = self.output_dir / RANKS_DIR / f"rank-{r['rank']}.stack"
+            _signal(r["pid"], signal.SIGUSR1)
+            _signal(r["pid"], signal.SIGCONT)
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline and not _size(stack):
+                time.sleep(0.01)
+            _signal(r["pid"], signal.SIGSTOP)
+        for r in mine:
+            _signal(r["pid"], signal.SIGKILL)
+        folder = self.output_dir / "stacks"
+        try:
+            folder.mkdir(exist_ok=True)
+            for r in self.ranks.values():
+                src = self.output_dir / RANKS_DIR / f"rank-{r['rank']}.stack"
+                if src.is_file() and src.stat().st_size:
+                    shutil.copyfile(src, folder / f"rank-{r['rank']}.txt")
+            self.stacks = folder
+        except OSError:
+            self.stacks = None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
+def last_doing(output_dir: Path, since: float, rank: int) -> dict | None:
+    """What `rank` last reported (for the message when it died)."""
+    return read_ranks(output_dir, since).get(rank)
