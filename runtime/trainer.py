@@ -145,11 +145,24 @@ class Trainer:
                                        self.world)
 
     def _batches_per_rank(self) -> int:
+        sampler = self._batch_sampler(self.train_ds, shuffle=True)
+        if sampler is not None:
+            return len(sampler) // self.world
         return len(self.train_ds) // (self.s.training.micro_batch_size * self.world)
+
+    def _batch_sampler(self, ds, shuffle: bool):
+        """The family's own batch sampler (diffusion: one aspect bucket per optimizer step), or None."""
+        t = self.s.training
+        return self.fam.batch_sampler(ds, t.micro_batch_size, self.world, t.gradient_accumulation_steps if shuffle
+                                      else 1, shuffle)
 
     def _loader(self, ds, shuffle: bool):
         from torch.utils.data import DataLoader
 
+        sampler = self._batch_sampler(ds, shuffle)
+        if sampler is not None:
+            return DataLoader(ds, batch_sampler=sampler, collate_fn=self.fam.collate,
+                              num_workers=self.s.data.num_workers)
         return DataLoader(ds, batch_size=self.s.training.micro_batch_size, shuffle=shuffle, drop_last=shuffle,
                           collate_fn=self.fam.collate, num_workers=self.s.data.num_workers)
 

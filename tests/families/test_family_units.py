@@ -84,7 +84,9 @@ def test_scheduler_targets():
 def test_buckets_and_bundled_images():
     b = diffusion_data.bucket_sizes(32)
     assert (32, 32) in b and all(w % 8 == 0 and h % 8 == 0 for w, h in b)
-    assert diffusion_data.nearest_bucket((64, 48), b) == [i for i, (w, h) in enumerate(b) if w > h][0]
+    assert diffusion_data.bucket_for((64, 48), 32) == (40, 24)  # 4:3 at about 32² pixels (SimpleTuner's area)
+    assert diffusion_data.bucket_for((48, 64), 32) == (24, 40) and diffusion_data.bucket_for((50, 50), 32) == (32, 32)
+    assert diffusion_data.bucket_for((1000, 100), 32, 8) == (104, 8)  # a side never below one multiple
     rows = read_image_folder(diffusion_data.DATA_DIR)
     assert len(rows) >= 30 and all(r["caption"] for r in rows)
     size = sum(p.stat().st_size for p in diffusion_data.DATA_DIR.rglob("*") if p.is_file())
