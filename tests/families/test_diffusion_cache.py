@@ -189,3 +189,36 @@ def test_every_step_is_one_bucket_and_an_epoch_trains_every_image(world, accum):
     s.set_epoch(1)
     assert list(s) != first  # a new order each epoch, the same on every rank (seeded)
     assert list(BucketBatchSampler(bucket_of, 2, world, accum, seed=5)) == first
+
+
+def test_two_ranks_split_the_missing_entries_and_each_encodes_its_share_once(tmp_path):
+    """`LatentCache.build` with two ranks (threads, a real barrier): every entry encoded by
+    exactly one rank, both ranks return only when all exist; a rebuild encodes nothing."""
+    import threading
+
+    from tuner.runtime.families.diffusion.cache import Entry, LatentCache
+
+    entries = [Entry("latent", f"{i:064x}", i, (8, 8)) for i in range(9)] + [
+        Entry("text", f"{100 + i:064x}", f"caption {i}") for i in range(5)]
+    calls: dict[int, list[str]] = {0: [], 1: []}
+    barrier = threading.Barrier(2)
+
+    def rank(r: int) -> None:
+        def encode(kind, part):
+            calls[r].extend(e.key for e in part)
+            return [{"latents": torch.zeros(1)} if kind == "latent" else {"hidden": torch.zeros(1)} for _ in part]
+
+        LatentCache(tmp_path / "c", "vae", "text").build(entries, encode, r, 2, barrier.wait, chunk=2, poll_s=0.01)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert calls[0] and calls[1] and not set(calls[0]) & set(calls[1])
+    assert sorted(calls[0] + calls[1]) == sorted(e.key for e in entries)
+    cache = LatentCache(tmp_path / "c", "vae", "text")
+    assert cache.status(entries) == {"built": 14, "missing": 0, "stale": 0}
+    assert sorted((r["rank"], r["key"]) for r in cache.ledger()) == sorted(
+        [(0, k) for k in calls[0]] + [(1, k) for k in calls[1]])
+    assert cache.build(entries, lambda kind, part: [], 0, 1) == 0  # one rank later: nothing to encode
