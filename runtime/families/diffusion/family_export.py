@@ -1,7 +1,8 @@
 """The diffusion family's export: a diffusers pipeline folder (`pipeline_export`) with
 ``model_index.json``, ``unet/`` or ``transformer/``, ``scheduler/``, the text side, ``vae/``
 when there is one, ``ema_<denoiser>/`` when EMA was on, and ``<denoiser>_lora/`` (the
-unmerged PEFT adapter) for a LoRA run."""
+unmerged PEFT adapter) and ``lora/`` (the adapter in diffusers' format, `lora_export`) for a
+LoRA run."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base import FamilyError
+from .lora_export import adapter, write_lora
 from .pipeline_export import write_pipeline
 from .tuner_pipeline import kind_of
 
@@ -32,10 +34,13 @@ def export(fam: Any, state_dict, out_dir: Path) -> None:
     if missing or unexpected:
         raise FamilyError(f"checkpoint does not match the denoiser: missing {list(missing)[:5]}, "
                           f"unexpected {list(unexpected)[:5]}")
+    weights = None
     if lora:
         model.save_pretrained(str(out_dir / f"{sub}_lora"))
+        weights = adapter(model)
         model = model.merge_and_unload()
     pipeline = write_pipeline(out_dir, model, sub, fam.scheduler(), fam.conditioner(), fam.vae())
+    diffusers_lora = weights is not None and write_lora(weights, pipeline, sub, out_dir)
     ema = fam._ema_export
     if ema:
         ema_model = fam._fresh_denoiser()
@@ -45,5 +50,6 @@ def export(fam: Any, state_dict, out_dir: Path) -> None:
             ema_model.load_state_dict(ema_state)
             ema_model.save_pretrained(str(out_dir / f"ema_{sub}"), safe_serialization=True)
     meta = {"denoiser": sub, "class_name": cfg["_class_name"], "kind": kind_of(cfg["_class_name"]),
-            "resolution": fam.settings.data.resolution, "ema": bool(ema), "pipeline": pipeline}
+            "resolution": fam.settings.data.resolution, "ema": bool(ema), "pipeline": pipeline,
+            "lora": "lora" if diffusers_lora else (f"{sub}_lora" if lora else "")}
     (out_dir / EXPORT_META).write_text(json.dumps(meta, indent=2) + "\n")
