@@ -71,13 +71,13 @@ def test_scheduler_targets():
     for pred in ("epsilon", "v_prediction", "sample"):
         fam._scheduler = DDPMScheduler(prediction_type=pred)
         g = torch.Generator().manual_seed(0)
-        noisy, t, target = fam.noisy_inputs(x0, g)
+        noisy, t, target, _ = fam.noisy_inputs(x0, g)
         noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(0))
         expect = {"epsilon": noise, "sample": x0,
                   "v_prediction": fam._scheduler.get_velocity(x0, noise, t)}[pred]
         torch.testing.assert_close(target, expect)
     fam._scheduler = FlowMatchEulerDiscreteScheduler()
-    noisy, t, target = fam.noisy_inputs(x0, torch.Generator().manual_seed(0))
+    noisy, t, target, _ = fam.noisy_inputs(x0, torch.Generator().manual_seed(0))
     assert float(t.max()) <= 1000 and torch.allclose(target, (noisy - x0) / (t / 1000).view(-1, 1, 1, 1), atol=1e-4)
 
 
