@@ -44,7 +44,24 @@ def run_checks(args, target: list[str] | None, command: str = "tuner check") -> 
     return report.exit_code
 
 
+def _build_dir(args) -> int | None:
+    """A settings file is compiled first, into build/ beside it, as `tuner run` does; a
+    build directory is used as it is. Returns an exit code when the compile failed."""
+    if not args.build_dir.is_file():
+        return None
+    from .compile_first import compile_settings
+
+    built = compile_settings(args.build_dir, [])
+    if isinstance(built, int):
+        return built
+    args.build_dir = built
+    return None
+
+
 def run(args) -> int:
+    code = _build_dir(args)
+    if code is not None:
+        return code
     target: list[str] | None = None
     if args.target:
         from .target import split_target

@@ -203,8 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="find silent faults before training: launch checks and a short rehearsal",
                        usage="tuner check [--json] [--skip NAME[,NAME]] [--launch-only] [--machine-rank N] "
-                             "BUILD_DIR [SCRIPT | -m MODULE] [ARGS...]")
-    p.add_argument("build_dir", type=Path, help="a build directory (with manifest.json)")
+                             "(BUILD_DIR | SETTINGS.toml) [SCRIPT | -m MODULE] [ARGS...]")
+    p.add_argument("build_dir", type=Path,
+                   help="a build directory (with manifest.json), or a settings file (compiled first, as tuner run does)")
     p.add_argument("target", nargs=argparse.REMAINDER,
                    help="SCRIPT [ARGS...] or -m MODULE [ARGS...] (none: tuner's own trainer)")
     p.add_argument("--json", action="store_true", help="the report as JSON on stdout (the ranks' output goes to stderr)")

@@ -11,37 +11,14 @@ import sys
 from pathlib import Path
 
 from ..compiler.diagnostics import EXIT_INVALID, EXIT_USAGE
-
-
-def _compile(settings: Path, overrides: list[str]) -> Path | int:
-    from ..compiler import SourceError, compile_file
-    from ..compiler.diagnostics import render_text
-
-    try:
-        result = compile_file(settings, overrides)
-    except SourceError as exc:
-        print(f"{settings}: error: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE if exc.io else EXIT_INVALID
-    problems = [d for d in result.diagnostics.items if d.severity != "note"]
-    if not result.ok:
-        print(render_text(problems), file=sys.stderr)
-        return EXIT_INVALID
-    if problems:
-        print(render_text(problems), file=sys.stderr)
-    try:
-        return result.write()
-    except OSError as exc:
-        from ..compiler.read.files import describe_os_error
-
-        print(f"{result.out_dir}: error: cannot write artefacts: {describe_os_error(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+from .compile_first import compile_settings
 
 
 def run(args) -> int:
     target: Path = args.target
     overrides = list(getattr(args, "overrides", []) or [])
     if target.is_file():
-        built = _compile(target, overrides)
+        built = compile_settings(target, overrides)
         if isinstance(built, int):
             return built
         build_dir = built
@@ -108,6 +85,10 @@ def _check_trainable(arts) -> None:
         raise RunError(f"tuner run does not load a {s.model.base_precision!r} base model (model.base_precision); "
                        "set it to 'no_change', or 'nf4-bnb' for QLoRA, or train with the trainer that does (e.g. SimpleTuner)",
                        exit_code=EXIT_INVALID)
+    if s.training.optimizer_in_backward:
+        raise RunError("tuner run steps the optimizer after backward, not in gradient hooks "
+                       "(training.optimizer_in_backward); set it to false, or train with the trainer that does "
+                       "(torchtune, SimpleTuner)", exit_code=EXIT_INVALID)
     if s.context_parallel.standalone and s.context_parallel.size > 1:
         raise RunError("tuner run does not implement standalone context parallelism (without FSDP2); "
                        "run the trainer that does (e.g. SimpleTuner) with these artefacts, or set fsdp.enabled = true, "

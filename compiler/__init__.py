@@ -30,7 +30,7 @@ from .diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Diagnostic, Diagnost
 from .keys import paths as K
 from .keys.settings import Settings
 from .memory.report import Estimate
-from .plan import model_facts
+from .plan import known_faults, model_facts
 from .plan.plan import Plan
 from .plan.rules import check
 from .read.files import MAX_BYTES, FileError, parse_yaml
@@ -133,6 +133,7 @@ def compile_inputs(inputs: CompileInputs) -> CompileResult:
         base_cfg = _load_base(inputs, s.accelerate.base, diags)
 
     result.estimate = model_facts.check(s, plan, diags, found, inputs.facts)
+    known_faults.check(s, plan, diags, inputs.versions, result.estimate)
     for text, exists in sorted(inputs.data_paths.items()):
         if not exists:  # CI may compile where the data is not: a warning; `tuner run` refuses
             key = K.DATA_VALIDATION_PATH if text == s.data.validation_path else K.DATA_PATH

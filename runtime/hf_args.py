@@ -18,6 +18,12 @@ import json
 import sys
 from typing import Any
 
+#: The fields whose defaults `tuner import` carries for a file that leaves them unset.
+DEFAULTED = ("per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "weight_decay",
+             "max_grad_norm", "warmup_steps", "lr_scheduler_type", "optim", "seed", "gradient_checkpointing",
+             "activation_checkpointing", "logging_steps", "num_train_epochs", "max_steps", "save_strategy",
+             "save_steps", "save_total_limit")
+
 
 class _Refused(Exception):
     pass
@@ -61,7 +67,34 @@ def parse(data: dict[str, Any]) -> dict[str, Any]:
                 and value == raw):
             value = raw  # 50 stays 50 where the field is a float (save_steps, num_train_epochs)
         values[key] = value
-    return {"values": values, "unknown": [k for k in data if k not in fields]}
+    # what the Trainer trains with where the file is silent (the parser's own defaults)
+    defaults = {key: getattr(namespace, key) for key in DEFAULTED if key in fields and key not in data}
+    answer = {"values": values, "unknown": [k for k in data if k not in fields], "defaults": defaults}
+    if values.get("fsdp"):
+        answer["fsdp_plugin_args"] = fsdp_plugin_args(values["fsdp"], values.get("fsdp_config"))
+    return answer
+
+
+def fsdp_plugin_args(fsdp: Any, fsdp_config: Any) -> dict[str, Any]:
+    """The FSDP plugin arguments the Trainer builds from the file's `fsdp` and `fsdp_config`
+    (`TrainingArguments(...).fsdp_plugin_args`, what it hands accelerate's
+    FullyShardedDataParallelPlugin): its defaults for the keys the file leaves unset included. Only
+    these two fields are given, so no GPU check of `__post_init__` is involved."""
+    import os
+    import tempfile
+    import warnings
+
+    from transformers import TrainingArguments
+
+    environ = dict(os.environ)  # _process_fsdp_args writes FSDP_CPU_RAM_EFFICIENT_LOADING there
+    try:
+        with tempfile.TemporaryDirectory() as scratch, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            args = TrainingArguments(output_dir=scratch, fsdp=fsdp, fsdp_config=fsdp_config)
+        return dict(args.fsdp_plugin_args or {})
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
 
 
 def main() -> int:

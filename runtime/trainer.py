@@ -291,6 +291,9 @@ class Trainer:
             else:
                 self.epoch += 1
                 self.batches_in_epoch = 0
+                every, steps = self.s.checkpoint.every_epochs, self.s.checkpoint.every_steps
+                if every and self.epoch % every == 0 and not (steps and self.step % steps == 0):
+                    self.save_checkpoint()  # at the epoch's end (unless every_steps just saved this step)
 
     def _zero_loss(self) -> torch.Tensor:
         return torch.zeros((), dtype=torch.float32, device=self.acc.device)

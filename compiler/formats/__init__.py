@@ -7,7 +7,8 @@ distributed-training keys onto canonical settings paths:
 * `deepspeed` — a DeepSpeed JSON config
 * `simpletuner` — SimpleTuner's flat config (JSON/TOML, keys with or without ``--``) and its
   WebUI file (``{"_metadata": ..., "config": {"--key": ...}}``)
-* `hf_trainer` — HF Trainer / TrainingArguments JSON, and ms-swift's training-args JSON
+* `hf_trainer` — HF Trainer / TrainingArguments JSON
+* `swift` — ms-swift's training arguments (1.x, 3.x, 4.x)
 * `trainers` — axolotl's and LLaMA-Factory's training YAMLs
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import accelerate, deepspeed, hf_trainer, simpletuner, trainers
+from . import accelerate, deepspeed, hf_trainer, simpletuner, swift, trainers
 from .base import Imported, ImportError_, ImportRefused
 
 __all__ = ["FORMATS", "Imported", "ImportError_", "ImportRefused", "detect", "READERS"]
@@ -27,7 +28,7 @@ FORMATS = {
     "simpletuner": "SimpleTuner config (flat JSON/TOML, with or without -- prefixes)",
     "simpletuner-webui": "SimpleTuner WebUI file ({\"_metadata\": ..., \"config\": {...}})",
     "hf-trainer": "HF Trainer / TrainingArguments JSON (fsdp, fsdp_config, deepspeed)",
-    "ms-swift": "ms-swift training-args JSON",
+    "ms-swift": "ms-swift training arguments (3.x/4.x model + tuner_type/train_type, 1.x sft_type; JSON or YAML)",
     "axolotl": "axolotl training YAML (base_model, micro_batch_size, deepspeed / fsdp_config...)",
     "llamafactory": "LLaMA-Factory training YAML (model_name_or_path, finetuning_type, deepspeed...)",
 }
@@ -38,7 +39,7 @@ READERS = {
     "simpletuner": simpletuner.read,
     "simpletuner-webui": simpletuner.read_webui,
     "hf-trainer": hf_trainer.read,
-    "ms-swift": hf_trainer.read_swift,
+    "ms-swift": swift.read,
     "axolotl": trainers.read_axolotl,
     "llamafactory": trainers.read_llamafactory,
 }
@@ -56,7 +57,7 @@ def detect(data: dict[str, Any]) -> str | None:
         return "simpletuner-webui"
     if accelerate.matches(data):
         return "accelerate"
-    if hf_trainer.matches_swift(data):
+    if swift.matches(data):
         return "ms-swift"
     if trainers.matches_axolotl(data):
         return "axolotl"

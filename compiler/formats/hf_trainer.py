@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import subprocess
 import sys
 from functools import lru_cache
@@ -27,6 +26,7 @@ from typing import Any
 
 from ..keys import paths as K
 from .base import Imported, ImportRefused
+from .hf_trainer_fsdp import PLUGIN, _is_fsdp
 
 INSTALL = "pip install 'tuner-train[runtime]'"
 
@@ -37,30 +37,6 @@ TRAINER_KEYS = {"per_device_train_batch_size", "per_device_eval_batch_size", "lr
                 "warmup_ratio", "bf16", "fp16", "report_to", "ddp_backend", "save_total_limit"}
 STRONG = {"per_device_train_batch_size", "fsdp_config", "lr_scheduler_type", "optim", "save_strategy",
           "eval_strategy", "evaluation_strategy", "ddp_backend", "warmup_ratio"}
-SWIFT_KEYS = {"train_type", "template", "swift_version", "sequence_parallel_size", "model_type"}
-SIMPLE = {
-    "per_device_train_batch_size": K.TRAINING_MICRO_BATCH_SIZE,
-    "gradient_accumulation_steps": K.TRAINING_GRADIENT_ACCUMULATION_STEPS,
-    "learning_rate": K.TRAINING_LEARNING_RATE,
-    "weight_decay": K.TRAINING_WEIGHT_DECAY,
-    "max_grad_norm": K.TRAINING_MAX_GRAD_NORM,
-    "warmup_steps": K.TRAINING_WARMUP_STEPS,
-    "warmup_ratio": K.TRAINING_WARMUP_RATIO,
-    "lr_scheduler_type": K.TRAINING_LR_SCHEDULER,
-    "optim": K.TRAINING_OPTIMIZER,
-    "seed": K.TRAINING_SEED,
-    "gradient_checkpointing": K.TRAINING_GRADIENT_CHECKPOINTING,
-    "logging_steps": K.TRAINING_LOG_EVERY,
-    "output_dir": K.OUTPUT_DIR,
-}
-FSDP_OPTIONS = {"full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2", "no_shard", "offload", "auto_wrap"}
-
-
-def _is_fsdp(value: Any) -> bool:
-    words = value.split() if isinstance(value, str) else value if isinstance(value, list) else []
-    return bool(words) and all(isinstance(w, str) and w in FSDP_OPTIONS for w in words)
-
-
 #: axolotl's own config keys: its YAMLs resemble trainer arguments but are another format.
 AXOLOTL = {"base_model", "datasets", "micro_batch_size", "sequence_len", "adapter"}
 
@@ -69,35 +45,6 @@ def matches(data: dict[str, Any]) -> bool:
     keys = set(data)
     return (len(keys & TRAINER_KEYS) >= 2 and bool(keys & STRONG or _is_fsdp(data.get("fsdp")))
             and not keys & AXOLOTL)
-
-
-def matches_swift(data: dict[str, Any]) -> bool:
-    return matches(data) and len(set(data) & SWIFT_KEYS) >= 2
-
-
-def read_swift(data: dict[str, Any], path: Path, out: Imported) -> None:
-    src = path.name
-    train_type = str(data.get("train_type", "")).lower()
-    if train_type:
-        out.set(K.MODEL_TYPE, "lora" if train_type in ("lora", "qlora", "longlora", "adalora", "dora") else "full", src)
-    if isinstance(data.get("model"), str):
-        out.set(K.MODEL_PATH, data["model"], src)
-    sp = data.get("sequence_parallel_size")
-    if isinstance(sp, int) and sp > 1:
-        out.unmodelled["sequence_parallel_size"] = sp
-        out.remarks.append(f"{src}: sequence_parallel_size {sp} is ms-swift's own (Ulysses) sequence parallelism, "
-                           "applied by ms-swift itself; tuner's artefacts do not carry it")
-    handled = {"train_type", "model", "sequence_parallel_size", "torch_dtype"}
-    rest = {k: v for k, v in data.items() if k not in handled}
-    # ms-swift's ModelArguments._init_mixed_precision: torch_dtype fills the bf16/fp16 left unset
-    dtype = str(data.get("torch_dtype") or "").lower().removeprefix("torch.")
-    if dtype in ("bfloat16", "float16", "float32"):
-        for key, on in (("bf16", dtype == "bfloat16"), ("fp16", dtype != "bfloat16")):
-            if rest.get(key) is None:
-                rest[key] = on
-    elif dtype:
-        out.not_distributed.setdefault(src, {})["torch_dtype"] = data["torch_dtype"]
-    read(rest, path, out, swift=True)
 
 
 @lru_cache(maxsize=32)
@@ -111,72 +58,36 @@ def _parse_upstream(text: str) -> dict[str, Any]:
     return answer
 
 
-def upstream(data: dict[str, Any], src: str, out: Imported) -> tuple[dict[str, Any], list[str]]:
-    """The keys as transformers' HfArgumentParser(TrainingArguments) reads them, and those it
-    does not know. Without transformers: the values as written, with a remark."""
+def upstream(data: dict[str, Any], src: str, out: Imported) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+    """The keys as transformers' HfArgumentParser(TrainingArguments) reads them, those it does not
+    know, and its defaults for the training fields the file leaves unset. Without transformers: the
+    values as written, with a remark."""
     if importlib.util.find_spec("transformers") is None:
         out.remarks.append(f"{src}: transformers is not installed, so the values are taken as written and not "
-                           f"checked by its HfArgumentParser; {INSTALL} to read them as the Trainer does")
-        return data, []
+                           f"checked by its HfArgumentParser (nor its defaults carried); {INSTALL} to read them as "
+                           "the Trainer does")
+        return data, [], {}
     answer = _parse_upstream(json.dumps(data, sort_keys=True, default=str))
     if "error" in answer:
         raise ImportRefused(f"{src}: {answer['error']} (transformers' HfArgumentParser(TrainingArguments) refuses "
                             "it; correct the value)")
     values = {k: answer["values"][k] if k in answer["values"] else v for k, v in data.items()}
-    return values, list(answer["unknown"])
+    if "fsdp_plugin_args" in answer:  # the plugin the Trainer builds (hf_args.fsdp_plugin_args)
+        values[PLUGIN] = answer["fsdp_plugin_args"]
+    return values, list(answer["unknown"]), dict(answer.get("defaults") or {})
 
 
 def read(data: dict[str, Any], path: Path, out: Imported, swift: bool = False) -> None:
-    from . import deepspeed
+    from .hf_trainer_values import carry
 
     src = path.name
-    data, unknown = upstream(data, src, out)
+    data, unknown, defaults = upstream(data, src, out)
     data, unknown = _warmup(data, unknown, src, out)
     if unknown:
         whose = "ms-swift's own or unknown" if swift else "unknown to transformers' HfArgumentParser"
         out.remarks.append(f"{src}: {', '.join(sorted(unknown))}: not TrainingArguments fields ({whose}); "
                            "not imported")
-    other: dict[str, Any] = {}
-    for key, value in data.items():
-        if key in SIMPLE and value is not None:
-            out.set(SIMPLE[key], value, src)
-        elif key in ("fsdp", "fsdp_config", "deepspeed", "bf16", "fp16", "use_cpu", "no_cuda", "max_steps",
-                     "num_train_epochs", "save_steps", "save_strategy", "save_total_limit", "local_rank"):
-            continue  # below
-        else:
-            other[key] = value
-    if other:
-        out.not_distributed.setdefault(src, {}).update(other)
-    if data.get("bf16") is True:
-        out.set(K.TRAINING_MIXED_PRECISION, "bf16", src)
-    elif data.get("fp16") is True:
-        out.set(K.TRAINING_MIXED_PRECISION, "fp16", src)
-    max_steps = data.get("max_steps")
-    if isinstance(max_steps, int) and max_steps > 0:
-        out.set(K.TRAINING_MAX_STEPS, max_steps, src)
-    elif isinstance(data.get("num_train_epochs"), (int, float)):
-        out.set(K.TRAINING_MAX_STEPS, 0, src)
-        out.set(K.TRAINING_NUM_EPOCHS, max(1, math.ceil(data["num_train_epochs"])), src)
-    if data.get("save_strategy") in ("steps", None) and isinstance(data.get("save_steps"), int):
-        out.set(K.CHECKPOINT_EVERY_STEPS, data["save_steps"], src)
-    if isinstance(data.get("save_total_limit"), int) and data["save_total_limit"] > 0:
-        out.set(K.CHECKPOINT_KEEP_LAST, data["save_total_limit"], src)
-    cpu = data.get("use_cpu") is True or data.get("no_cuda") is True
-    out.set(K.HARDWARE_PLATFORM, "cpu" if cpu else "cuda", src)
-    if _is_fsdp(data.get("fsdp")):
-        _fsdp(data["fsdp"], data.get("fsdp_config") or {}, src, out)
-    ds = data.get("deepspeed")
-    if isinstance(ds, dict) and ds:
-        deepspeed.read(ds, path, out)
-    elif isinstance(ds, str) and ds:
-        from .base import ImportError_, load
-
-        found = Path(ds) if Path(ds).is_absolute() else path.parent / ds
-        try:
-            deepspeed.read(load(found), found, out)
-        except ImportError_:
-            out.remarks.append(f"{src}: deepspeed {ds} not found next to it; pass it as another source")
-            out.set(K.DEEPSPEED_ENABLED, True, src)
+    carry(data, defaults, path, out)
 
 
 def _warmup(data: dict[str, Any], unknown: list[str], src: str, out: Imported) -> tuple[dict[str, Any], list[str]]:
@@ -195,47 +106,3 @@ def _warmup(data: dict[str, Any], unknown: list[str], src: str, out: Imported) -
                            "ratio from warmup_steps below 1); imported as training.warmup_ratio, as transformers 4 "
                            "meant it")
     return data, unknown
-
-
-def _fsdp(options: Any, config: dict[str, Any], src: str, out: Imported) -> None:
-    words = options.split() if isinstance(options, str) else list(options)
-    cfg = {k.removeprefix("fsdp_"): v for k, v in config.items()} if isinstance(config, dict) else {}
-    out.set(K.FSDP_ENABLED, True, src)
-    version = int(cfg.get("version", 1))
-    out.set(K.FSDP_VERSION, version, src)
-    strategy = next((w for w in words if w not in ("offload", "auto_wrap")), "full_shard")
-    strategy = "hybrid_shard" if strategy == "hybrid_shard_zero2" else strategy
-    if version == 1:
-        out.set(K.FSDP_SHARDING_STRATEGY, strategy, src)
-    out.set(K.FSDP_RESHARD_AFTER_FORWARD, bool(cfg.get("reshard_after_forward", strategy in ("full_shard", "hybrid_shard"))), src)
-    out.set(K.FSDP_OFFLOAD_PARAMS, "offload" in words, src)
-    classes = cfg.get("transformer_layer_cls_to_wrap")
-    if classes:
-        out.set(K.FSDP_AUTO_WRAP_POLICY, "transformer", src)
-        out.set(K.FSDP_TRANSFORMER_LAYER_CLS_TO_WRAP, classes, src)
-    elif int(cfg.get("min_num_params", 0) or 0) > 0:
-        out.set(K.FSDP_AUTO_WRAP_POLICY, "size", src)
-        out.set(K.FSDP_MIN_NUM_PARAMS, int(cfg["min_num_params"]), src)
-    elif "auto_wrap" in words:
-        out.set(K.FSDP_AUTO_WRAP_POLICY, "transformer", src)  # the model's _no_split_modules, as transformers does
-    else:
-        out.set(K.FSDP_AUTO_WRAP_POLICY, "none", src)
-    # transformers' own defaults for what fsdp_config leaves unset.
-    for key, default in (("use_orig_params", True), ("sync_module_states", True), ("forward_prefetch", False),
-                         ("cpu_ram_efficient_loading", False), ("activation_checkpointing", False)):
-        out.set(f"fsdp.{key}", _bool(cfg.get(key, default)), src)
-    if cfg.get("backward_prefetch"):
-        out.set(K.FSDP_BACKWARD_PREFETCH, str(cfg["backward_prefetch"]).upper(), src)
-    if version == 2:
-        for key in ("use_orig_params", "sync_module_states", "forward_prefetch"):
-            out.values.pop(f"fsdp.{key}", None)  # FSDP2 has none of these
-    done = {"version", "transformer_layer_cls_to_wrap", "min_num_params", "use_orig_params", "sync_module_states",
-            "forward_prefetch", "cpu_ram_efficient_loading", "activation_checkpointing", "backward_prefetch",
-            "reshard_after_forward"}
-    for key, value in cfg.items():
-        if key not in done:
-            out.unmodelled[f"fsdp_config.{key}"] = value
-
-
-def _bool(value: Any) -> Any:
-    return value.strip().lower() in ("true", "1", "yes") if isinstance(value, str) else value

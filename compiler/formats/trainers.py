@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from ..keys import paths as K
-from .base import Imported
+from . import llm_meaning
+from .base import Imported, ImportRefused
+from .hf_trainer_values import SIMPLE
 from .trainer_data import axolotl_data, llamafactory_data
 
 AXOLOTL_MARKS = {"base_model", "micro_batch_size", "sequence_len", "datasets", "adapter"}
@@ -82,6 +84,17 @@ def _number(value: Any) -> Any:
     return value
 
 
+def _model_path(data: dict[str, Any], key: str, src: str) -> None:
+    """No model, no import: tuner would otherwise compile its built-in toy model in its place."""
+    if not isinstance(data.get(key), str) or not data[key]:
+        raise ImportRefused(f"{src}: no {key}: the file names no model to train; set {key} to the model's path or "
+                            "hub id and import again")
+
+
+def _truthy(value: Any) -> bool:
+    return value.strip().lower() in ("true", "1", "yes") if isinstance(value, str) else bool(value)
+
+
 def _common_end(src: str, out: Imported) -> None:
     if K.HARDWARE_NUM_PROCESSES not in out.values:
         out.remarks.append(f"{src}: the launcher starts one process per GPU (the file does not say how many): "
@@ -99,7 +112,6 @@ def _deepspeed(value: Any, path: Path, src: str, out: Imported) -> None:
         return
     found = _find_relative(Path(value), path) or (Path.cwd() / value if (Path.cwd() / value).is_file() else None)
     if found is None:
-        from .base import ImportRefused
 
         raise ImportRefused(f"{src}: deepspeed {value} not found next to {path.parent} or above it; pass the JSON "
                             f"as another source (tuner import {src} ZERO.json) or fix the path")
@@ -126,7 +138,8 @@ def read_axolotl(data: dict[str, Any], path: Path, out: Imported) -> None:
     other: dict[str, Any] = {}
     for key, value in data.items():
         if key in AXOLOTL:
-            out.set(AXOLOTL[key], _number(value), src)
+            if not (key == "lora_target_modules" and data.get("lora_target_linear") is True):
+                out.set(AXOLOTL[key], _number(value), src)
         elif key in ("bf16", "fp16", "deepspeed", "fsdp", "fsdp_config", "fsdp_version", "adapter", "load_in_4bit",
                      "load_in_8bit", "lora_target_linear", "datasets", "optimizer"):
             continue  # below
@@ -141,20 +154,15 @@ def read_axolotl(data: dict[str, Any], path: Path, out: Imported) -> None:
         out.set(K.TRAINING_MAX_STEPS, 0, src)  # epochs decide, as in axolotl
     _precision(data, src, out)
     _optimizer(data.get("optimizer"), src, out, other)
+    _model_path(data, "base_model", src)
+    llm_meaning.axolotl(data, src, out, other)
     adapter = str(data.get("adapter") or "").lower()
-    if adapter in ("lora", "qlora"):
-        out.set(K.MODEL_TYPE, "lora", src)
-        if data.get("lora_target_linear") is True and "lora_target_modules" not in data:
-            out.remarks.append(f"{src}: lora_target_linear targets every linear layer; tuner's LoRA default "
-                               "targets are used (set model.lora_target_modules to name them)")
-    elif adapter:
-        other["adapter"] = data["adapter"]
+    out.set(K.MODEL_TYPE, "lora" if adapter in ("lora", "qlora") else "full", src)
     qlora = data.get("load_in_4bit") is True and adapter in ("lora", "qlora")
     if qlora:
         out.set(K.MODEL_BASE_PRECISION, "nf4-bnb", src)  # QLoRA: bitsandbytes 4-bit NF4, as axolotl loads it
-    for key in ("load_in_4bit", "load_in_8bit", "lora_target_linear"):
-        imported = (key == "load_in_4bit" and qlora) or (key == "lora_target_linear" and adapter in ("lora", "qlora"))
-        if data.get(key) and not imported:
+    for key in ("load_in_4bit", "load_in_8bit"):
+        if data.get(key) and not (key == "load_in_4bit" and qlora):
             other[key] = data[key]
     axolotl_data(data, src, out, other)
     if data.get("deepspeed"):
@@ -167,8 +175,8 @@ def read_axolotl(data: dict[str, Any], path: Path, out: Imported) -> None:
 
 
 def _optimizer(name: Any, src: str, out: Imported, other: dict[str, Any]) -> None:
-    """The Trainer's AdamW variants (torch, fused, 8-bit, paged) are AdamW's update rule; any
-    other optimizer is listed, not imported (tuner trains with AdamW, Adam or SGD)."""
+    """The Trainer's AdamW variants (torch, fused, 8-bit, paged) are AdamW's update rule, its Lion
+    variants Lion's; any other optimizer is refused naming it (it changes what is trained)."""
     if not isinstance(name, str) or not name:
         return
     low = name.lower()
@@ -178,8 +186,12 @@ def _optimizer(name: Any, src: str, out: Imported, other: dict[str, Any]) -> Non
             out.remarks.append(f"{src}: optimizer {name} imported as adamw (the variant changes memory, not the update rule)")
     elif low in ("adam", "sgd"):
         out.set(K.TRAINING_OPTIMIZER, low, src)
+    elif low.startswith("lion"):
+        out.set(K.TRAINING_OPTIMIZER, "lion", src)  # lion_8bit / lion_32bit: Lion's update rule
+        out.remarks.append(f"{src}: optimizer {name} imported as lion (the variant changes memory, not the update rule)")
     else:
-        other["optimizer"] = name
+        llm_meaning.refuse(src, "optimizer", name, "an optimizer tuner does not train with (it trains AdamW, Adam, "
+                           "SGD, Lion or Prodigy)")
 
 
 def _axolotl_fsdp(data: dict[str, Any], src: str, out: Imported) -> None:
@@ -190,12 +202,20 @@ def _axolotl_fsdp(data: dict[str, Any], src: str, out: Imported) -> None:
     for key, target in AXOLOTL_FSDP_FLAGS.items():
         if version == 2 and key in ("sync_module_states", "use_orig_params"):
             continue  # FSDP2 has none of these
+        if version == 1 and key in ("sync_module_states", "use_orig_params"):
+            # axolotl also hands fsdp_config to the HF Trainer, whose plugin arguments win over the
+            # environment: unset is "true" there (TrainingArguments._process_fsdp_args, FSDP1 branch)
+            out.set(target, _truthy(cfg.get(key, True)), src)
+            continue
         out.set(target, bool(cfg.get(key)), src)  # unset or false: not in the environment, the plugin's false
     if version == 1:
-        out.set(K.FSDP_SHARDING_STRATEGY, "full_shard", src)  # axolotl sets no FSDP_SHARDING_STRATEGY
+        # axolotl sets no FSDP_SHARDING_STRATEGY; the Trainer's FSDP1 reshard_after_forward is "full_shard"
+        out.set(K.FSDP_SHARDING_STRATEGY, "full_shard", src)
+        out.set(K.FSDP_RESHARD_AFTER_FORWARD, True, src)  # full_shard reshards after forward: no contradiction
         out.set(K.FSDP_FORWARD_PREFETCH, False, src)
         out.set(K.FSDP_BACKWARD_PREFETCH, "NO_PREFETCH", src)
-    out.set(K.FSDP_RESHARD_AFTER_FORWARD, bool(cfg.get("reshard_after_forward")) or version == 2, src)
+    else:
+        out.set(K.FSDP_RESHARD_AFTER_FORWARD, _truthy(cfg.get("reshard_after_forward", True)), src)
     out.set(K.CHECKPOINT_STATE_DICT_TYPE, str(cfg.get("state_dict_type") or ("FULL_STATE_DICT" if version == 1
                                                                               else "SHARDED_STATE_DICT")), src)
     policy = str(cfg.get("auto_wrap_policy") or "")
@@ -230,25 +250,19 @@ def read_llamafactory(data: dict[str, Any], path: Path, out: Imported) -> None:
     for key, value in data.items():
         if key in LLAMAFACTORY:
             out.set(LLAMAFACTORY[key], _number(value), src)
-        elif key == "finetuning_type":
-            if str(value) in ("lora", "full"):
-                out.set(K.MODEL_TYPE, str(value), src)
-            else:
-                other[key] = value  # freeze, oft...: no tuner equivalent
-        elif key == "lora_target":
-            targets = [t.strip() for t in str(value).split(",") if t.strip()]
-            if targets != ["all"]:
-                out.set(K.MODEL_LORA_TARGET_MODULES, targets, src)
-            else:
-                other[key] = value
         elif key == "deepspeed":
             continue  # below, found the way LLaMA-Factory finds it (from the repository root)
-        elif key in hf_trainer.SIMPLE or key in ("bf16", "fp16", "max_steps", "num_train_epochs", "save_steps",
-                                                  "save_strategy", "save_total_limit", "output_dir"):
-            rest[key] = _number(value)
+        elif key in SIMPLE or key in ("bf16", "fp16", "max_steps", "num_train_epochs", "save_steps",
+                                                  "save_strategy", "save_total_limit", "output_dir", "fsdp",
+                                                  "fsdp_config", "logging_steps", "activation_checkpointing"):
+            rest[key] = _number(value)  # TrainingArguments, the Trainer's FSDP list and fsdp_config among them
         else:
             other[key] = value
+    _model_path(data, "model_name_or_path", src)
+    llm_meaning.llamafactory(data, src, out, other)
+    gc = out.values[K.TRAINING_GRADIENT_CHECKPOINTING]
     hf_trainer.read(rest, path, out)
+    out.set(K.TRAINING_GRADIENT_CHECKPOINTING, gc, src)  # LLaMA-Factory's own switch, not the Trainer's
     llamafactory_data(data, src, out, other)
     if data.get("deepspeed"):
         _deepspeed(data["deepspeed"], path, src, out)

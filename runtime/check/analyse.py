@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ...compiler.plan.strategy import Strategy
+from . import losses, samples, saves
 from .findings import Finding, fault, ok, skipped
 from .planned import memory, schedule
 
@@ -67,6 +68,9 @@ def _one_run(arts, runs: dict[int, dict], own_trainer: bool) -> list[Finding]:
     for check in (_world, _dist_type, _prepared, _sharding, _data, _trainable, _optimizer, _steps, _changed, _grads,
                   _loss, _lr, _ds_batch, _precision, _dtypes):
         out += check(arts, runs)
+    out += samples.judge_packing(runs) + saves.judge(runs) + saves.judge_ema(runs)
+    out += samples.judge_resume(runs, arts.settings.training.gradient_accumulation_steps)
+    out += losses.judge(runs, arts.plan.data_parallel_size)
     return out + memory(arts, runs, own_trainer) + schedule(arts, runs, own_trainer)
 
 
@@ -154,6 +158,17 @@ def _zero_partition(strategy: Strategy, world: int, runs) -> list[Finding]:
 def _data(arts, runs) -> list[Finding]:
     if len(runs) < 2:
         return [skipped("data-sharded", "all", "one rank on this machine")]
+    by_identity = samples.judge(runs, arts.plan.data_parallel_size)
+    if by_identity and by_identity[0].status == "fault":
+        return by_identity
+    by_batches = _same_batches(runs)
+    if by_identity and by_batches[0].status != "fault":
+        return by_identity
+    return by_batches
+
+
+def _same_batches(runs) -> list[Finding]:
+    """The first batches' fingerprints (data without an index: iterable data sets)."""
     seen: dict[str, int] = {}
     for r, run in sorted(runs.items()):
         for b in run["batches"]:

@@ -16,6 +16,7 @@ CHECKS: dict[str, tuple[str, str]] = {
     "build": ("launch", "the build directory loads and its artefacts are as compiled"),
     "same-build": ("launch", "every machine has the same build (manifest hash)"),
     "versions": ("launch", "tuner/torch/accelerate/deepspeed/transformers as compiled, the same on every machine"),
+    "known-faults": ("launch", "no known silent fault of the plan (the compiler's table: versions, LoRA/FSDP2, ...)"),
     "script": ("launch", "the training script (or module) exists on every machine"),
     "model-path": ("launch", "model.path exists on every machine"),
     "data-path": ("launch", "data.path and data.validation_path exist on every machine"),
@@ -32,7 +33,7 @@ CHECKS: dict[str, tuple[str, str]] = {
     "prepared": ("run", "the model, optimizer and data loader went through Accelerator.prepare"),
     "sharding": ("run", "parameters are sharded as the strategy says (DTensor, flat param, ZeRO partitions)"),
     "memory": ("run", "per-rank model state within 10% of the estimate (tuner's trainer, a script on the settings' model)"),
-    "data-sharded": ("run", "each rank's batches differ"),
+    "data-sharded": ("run", "each rank reads its own share of the data (sample identity), and its batches differ"),
     "trainable": ("run", "the trainable parameters are those the plan trains (full or LoRA)"),
     "optimizer-params": ("run", "the optimizer holds the model's trainable parameters"),
     "optimizer-step": ("run", "the optimizer steps, and gradients are zeroed between steps"),
@@ -43,6 +44,11 @@ CHECKS: dict[str, tuple[str, str]] = {
     "batch-arithmetic": ("run", "DeepSpeed: micro x accumulation x world = the settings' batch, and the loader's"),
     "mixed-precision": ("run", "mixed precision is active as stated"),
     "dtypes": ("run", "parameter dtypes are uniform where FSDP needs it"),
+    "packing": ("run", "packed rows (position_ids restarting in a row) attend per document"),
+    "negatives": ("run", "a contrastive loss's in-batch negatives are gathered across the data-parallel ranks"),
+    "resume": ("run", "after load_state, the data continues where the checkpoint's epoch stopped"),
+    "ema": ("run", "an EMA of the weights that steps is what a save writes"),
+    "save": ("run", "what a rank saves holds whole tensors, not its FSDP2 shards"),
 }
 
 

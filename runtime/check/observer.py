@@ -25,7 +25,7 @@ import os
 import time
 from typing import Any
 
-from . import tensors
+from . import losses, samples, saves, tensors
 from .tensors import checksum, fingerprint, local, model_facts
 
 DIR_ENV, STEPS_ENV = "TUNER_CHECK_DIR", "TUNER_CHECK_STEPS"
@@ -146,6 +146,8 @@ def install() -> None:
     def __init__(self, *args, **kwargs):
         _mark("accelerator")
         init(self, *args, **kwargs)
+        saves.watch_diffusers_ema(_safe)
+        losses.watch(_run, _safe)
         run = _new_run(self)
         _runs.append(run)
         _accelerators[len(_runs) - 1] = self
@@ -191,6 +193,14 @@ def install() -> None:
             _after_ds_step(run, engine.engine)
         return out
 
+    load_state = Accelerator.load_state
+
+    def load_state_(self, *args, **kwargs):
+        out = load_state(self, *args, **kwargs)
+        _safe(samples.resumed)(_run(), self)
+        return out
+
+    Accelerator.load_state = load_state_
     Accelerator.__init__, Accelerator.backward = __init__, backward_
     for name in ("prepare", "prepare_model", "prepare_optimizer", "prepare_data_loader", "prepare_scheduler"):
         setattr(Accelerator, name, wrap(getattr(Accelerator, name)))
@@ -198,6 +208,8 @@ def install() -> None:
 
     register_optimizer_step_pre_hook(_pre_step)
     register_optimizer_step_post_hook(_post_step)
+    samples.install(_run, _safe)
+    saves.install(_run, _safe)
 
 
 @_safe
@@ -244,8 +256,9 @@ def _note_prepared(run, items, acc) -> None:
 def _forward_hook(run):
     @_safe
     def hook(module, args, kwargs):
-
+        samples.feeding(module)
         if len(run["batches"]) < BATCHES:
+            samples.packing(run, kwargs)
             fp = fingerprint([args, kwargs])
             if fp is not None:
                 run["batches"].append(fp[0])

@@ -27,11 +27,65 @@ def schedule(arts, runs, own_trainer: bool) -> list[Finding]:
                             f"{'no LR scheduler' if base is None else f'lr {base:.3g}'}, not a scheduler at the "
                             f"settings' learning_rate {t.learning_rate:.3g}")]
     want = planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps, t.max_steps, len(run["lr"]))
-    if any(abs(a - b) > 1e-9 + 1e-6 * abs(b) for a, b in zip(run["lr"], want, strict=True)):
-        return [fault("lr", "all", f"steps at lr {run['lr']}; the settings' {t.lr_scheduler} schedule (warmup "
-                      f"{t.warmup_steps}, {t.max_steps} steps) gives {want}",
-                      "step the scheduler once per optimizer step (not per micro-batch or per rank)")]
+    if not _same(run["lr"], want):
+        cause, fix = _cause(arts, run["lr"])
+        return [fault("lr", "all", f"steps at lr {[float(f'{x:.4g}') for x in run['lr']]}; the settings' "
+                      f"{t.lr_scheduler} schedule (warmup {t.warmup_steps}, {t.max_steps} steps) gives "
+                      f"{[float(f'{x:.4g}') for x in want]}: {cause}", fix)]
     return [ok("lr", "all", f"follows the {t.lr_scheduler} schedule: " + ", ".join(f"{x:.3g}" for x in run["lr"]))]
+
+
+def _same(got: list[float], want: list[float]) -> bool:
+    return all(abs(a - b) <= 1e-9 + 1e-6 * abs(b) for a, b in zip(got, want, strict=True))
+
+
+def _cause(arts, got: list[float]) -> tuple[str, str]:
+    """Why the script's lr differs from the settings' schedule: the speed at which its scheduler
+    runs through the schedule (settings steps per optimizer step), or one step ahead."""
+    t, world = arts.settings.training, arts.plan.world_size
+    accum = t.gradient_accumulation_steps
+    n = len(got)
+    if t.lr_scheduler in FORMULAS:
+        if _same(got, planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps, t.max_steps, n + 1)[1:]):
+            return ("the scheduler steps before the optimizer (scheduler.step() comes first), so every step runs at "
+                    "the next step's lr", "call scheduler.step() after optimizer.step()")
+        # r scheduler steps per optimizer step (from any start), or a schedule 1/r as long
+        for r in dict.fromkeys(x for x in (world, accum, world * accum, 2, 3, 4, 8, 16) if x > 1):
+            every = planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps, t.max_steps, n * r + r)
+            if any(_same(got, every[o::r][:n]) for o in range(r)):
+                return _speed_cause(r, world, accum)
+        for k in (2, 3, 4, 8, 16):
+            if _same(got, planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps * k, t.max_steps * k, n)):
+                return _speed_cause(1 / k, world, accum)
+    return ("the script's scheduler does not follow the settings' schedule",
+            "build the scheduler from the settings' lr_scheduler, warmup_steps and max_steps, and step it once per "
+            "optimizer step")
+
+
+def _speed_cause(r: float, world: int, accum: int) -> tuple[str, str]:
+    if r == world and r > 1:
+        return (f"the scheduler steps once per process ({world} times per optimizer step: accelerate's prepared "
+                "scheduler steps num_processes times unless its lengths count them)",
+                "multiply num_warmup_steps and num_training_steps by accelerator.num_processes when you pass the "
+                "scheduler to accelerator.prepare (as diffusers' scripts do), or do not prepare it")
+    if r == accum and r > 1:
+        return (f"the scheduler steps once per micro-batch ({accum} per optimizer step; "
+                "training.gradient_accumulation_steps)",
+                "step the scheduler only when accelerator.sync_gradients (after a real optimizer step), or pass it "
+                "to accelerator.prepare, which does")
+    if r == world * accum:
+        return (f"the scheduler steps once per process and micro-batch ({world} x {accum} per optimizer step)",
+                "step the scheduler once per optimizer step: prepared, with its lengths x accelerator.num_processes, "
+                "and not per micro-batch")
+    if r < 1:
+        return (f"the schedule runs {1 / r:g}x slower: its lengths were computed for {1 / r:g}x the steps (a world "
+                f"of {world / r:g} processes, or another run's batch or data); this plan runs {world} processes",
+                "compute num_training_steps and num_warmup_steps from this run (training.max_steps, warmup_steps, "
+                "accelerator.num_processes), not a world size written into the script or kept from an earlier run")
+    return (f"the schedule runs {r:g}x faster: its lengths were computed for {r:g}x fewer steps (a world of "
+            f"{world / r:g} processes, or another run's batch or data); this plan runs {world} processes",
+            "compute num_training_steps and num_warmup_steps from this run (training.max_steps, warmup_steps, "
+            "accelerator.num_processes), not a world size written into the script or kept from an earlier run")
 
 
 #: Schedules computed here as transformers' `get_scheduler` lambdas compute them: importing

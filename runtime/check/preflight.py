@@ -169,6 +169,20 @@ def _resolve(arts, value: str) -> Path:
     return p if p.is_absolute() else arts.base_dir / p
 
 
+def _known_faults(arts, m: str) -> list[Finding]:
+    """The compiler's known-fault warnings (compiler/plan/known_faults.py), kept in the manifest."""
+    from ...compiler.plan.known_faults import FIXES, KNOWN
+
+    if arts is None:
+        return []
+    found = [d for d in arts.manifest.get("diagnostics") or [] if str(d.get("message", "")).startswith(KNOWN)]
+    if not found:
+        return [ok("known-faults", m, "no known silent fault for this plan and these versions")]
+    return [fault("known-faults", m, f"[{d['key']}] {d['message'][len(KNOWN):]}",
+                  FIXES.get(d["key"], f"change {d['key']} as tuner compile's warning says") + ", then recompile")
+            for d in found]
+
+
 def local_findings(f: dict[str, Any], arts) -> list[Finding]:
     """Judge one machine's facts against the plan (`arts`: the build as loaded here, or None)."""
     m = f"machine {f['machine']}"
@@ -186,6 +200,7 @@ def local_findings(f: dict[str, Any], arts) -> list[Finding]:
                          "with this environment"))
     else:
         out.append(ok("versions", m, ", ".join(f"{n} {v}" for n, v in f["versions"].items() if v)))
+    out += _known_faults(arts, m)
     if "script" in f:
         sc = f["script"]
         out.append(ok("script", m, f"{sc['name']} found") if sc["found"] else

@@ -44,6 +44,22 @@ def test_a_sound_build_passes(tmp_path, build):
     assert report["timings_s"]["launch checks"] < 15
 
 
+def test_a_settings_file_is_compiled_first(tmp_path):
+    """`tuner check SETTINGS.toml` compiles it into build/ beside it, as `tuner run` does
+    (it said "build directory not found"); a settings file that does not compile is named."""
+    from check_helpers import write_settings
+
+    (tmp_path / "train.py").write_text(SCRIPT_BODY)
+    settings = write_settings(tmp_path, CPU2)
+    rc, report, err = check("--launch-only", str(settings), "train.py", cwd=tmp_path)
+    assert rc == 0, (report, err)
+    assert (tmp_path / "build" / "manifest.json").is_file()
+    assert "build" in {f["check"] for f in report["findings"] if f["status"] == "ok"}
+    (tmp_path / "bad.toml").write_text("[training]\nlearning_rate = -1\n")
+    rc, report, err = check("--launch-only", str(tmp_path / "bad.toml"), "train.py", cwd=tmp_path)
+    assert rc == 1 and report == {} and "learning_rate" in err and "build directory not found" not in err, err
+
+
 def test_missing_script(tmp_path, build):
     rc, report, _ = check("--launch-only", str(build), "no_such_train.py", cwd=tmp_path)
     assert rc == 1

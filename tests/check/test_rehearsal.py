@@ -32,23 +32,38 @@ LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_si
 SETTINGS_MODEL = {"model": {"path": "model"}, "training": {"learning_rate": 1e-3, "lr_scheduler": "linear",
                                                            "warmup_steps": 0, "max_steps": 6}}
 
-#: build -> (settings sections, control scripts, {fault script: the check that must name it}).
+#: build -> (settings sections, control scripts, {fault script: the check that must name it, or
+#: (that check, words its finding must say: the cause)}).
 CATALOGUE = {
-    "ddp": (SETTINGS_MODEL, ["clean.py", "settings_model.py"], {
+    "ddp": (SETTINGS_MODEL, ["clean.py", "settings_model.py", "plain_loop.py", "packed_per_document.py",
+                             "ema_exported.py", "resume_skips.py", "negatives_gathered.py"], {
         "unprepared_loader.py": "data-sharded", "same_seed_synthetic.py": "data-sharded",
         "model_not_prepared.py": "prepared", "frozen_by_name.py": "trainable", "lr_zero.py": "lr",
         "warmup_int_division.py": "lr", "nan_loss.py": "loss", "zero_mask.py": "grads", "clip_to_zero.py": "grads",
         "no_optimizer_step.py": "optimizer-step", "no_zero_grad.py": "optimizer-step",
         "frozen_in_optimizer.py": "optimizer-params", "unfrozen_after_optimizer.py": "optimizer-params",
-        "optimizer_on_copy.py": "optimizer-params", "scheduler_before_step.py": "lr", "model_in_float64.py": "memory"}),
+        "optimizer_on_copy.py": "optimizer-params", "scheduler_before_step.py": ("lr", "scheduler.step() comes first"),
+        "model_in_float64.py": "memory",
+        # round 2 (issue 36)
+        "unprepared_loader_unseeded.py": ("data-sharded", "every rank reads all"),
+        "double_sharded.py": ("data-sharded", "shards it again"),
+        "scheduler_per_process.py": ("lr", "the scheduler steps once per process"),
+        "schedule_for_8_gpus.py": ("lr", "a world of 8 processes"),
+        "packed_cross_document.py": ("packing", "attends to the documents packed before it"),
+        "ema_not_exported.py": ("ema", "no save wrote it"),
+        "resume_restarts_epoch.py": ("resume", "the epoch starts over"),
+        "negatives_not_gathered.py": ("negatives", "gather_across_devices=False")}),
     "fsdp2": ({"fsdp": {"enabled": True, "version": 2, "auto_wrap_policy": "transformer",
-                        "transformer_layer_cls_to_wrap": ["Linear"]}}, ["clean.py"], {
-        "fsdp_model_unwrapped.py": "sharding", "dtype_mix_fsdp.py": "dtypes"}),
+                        "transformer_layer_cls_to_wrap": ["Linear"]}}, ["clean.py", "clean_save_fsdp2.py"], {
+        "fsdp_model_unwrapped.py": "sharding", "dtype_mix_fsdp.py": "dtypes",
+        "save_sharded_state_dict.py": ("save", "FSDP2 shards (DTensors)"),
+        "peft_adapter_save_fsdp2.py": ("save", "FSDP2 shards (DTensors)")}),
     "zero2": ({"deepspeed": {"enabled": True, "zero_stage": 2}, "training": {"micro_batch_size": 8}}, ["clean.py"], {
         "ds_batch_mismatch.py": "batch-arithmetic"}),
     "bf16_accum4": ({"training": {"mixed_precision": "bf16", "gradient_accumulation_steps": 4,
-                                  "micro_batch_size": 2}}, ["clean_accum4.py"], {
-        "mixed_precision_off.py": "mixed-precision", "no_accumulate.py": "optimizer-step"}),
+                                  "micro_batch_size": 2, **SETTINGS_MODEL["training"]}}, ["clean_accum4.py"], {
+        "mixed_precision_off.py": "mixed-precision", "no_accumulate.py": "optimizer-step",
+        "scheduler_per_micro_batch.py": ("lr", "the scheduler steps once per micro-batch")}),
 }
 #: Faults that need a launch of their own (they change the process's launch environment).
 ALONE = {"world_alone.py": "world-size"}
@@ -94,8 +109,11 @@ def test_fault_catalogue(tmp_path, name):
         assert faults(report, run=i) == {}, f"false alarm on the control {control}: {faults(report, run=i)}"
     for i, (script, want) in enumerate(expected.items(), start=len(controls) + 1):
         got = faults(report, run=i)
-        assert want in got, f"{script}: expected a {want} fault, got {sorted(got)}"
+        check_name, words = want if isinstance(want, tuple) else (want, "")
+        assert check_name in got, f"{script}: expected a {check_name} fault, got {sorted(got)}"
         assert all(f["fix"] for fs in got.values() for f in fs)
+        said = " ".join(f["saw"] + " " + f["fix"] for f in got[check_name])
+        assert words in said, f"{script}: the {check_name} finding does not say {words!r}: {said}"
     first_client = len(controls) + len(expected) + 1
     groups = {f["run"] for f in report["findings"]}
     for i in sorted(g for g in groups if g >= first_client):
@@ -108,6 +126,8 @@ def test_fault_catalogue(tmp_path, name):
         assert got == {}, f"false alarm on a real client (Accelerator {i}): {got}"
     if name == "ddp":
         settings_model = _oks(report, 2)
+        # the usual loop (shuffled, no seed, prepared) is judged by sample identity, and passes
+        assert "sample identity" in _oks(report, 3)["data-sharded"], _oks(report, 3)
         assert "within 10%" in settings_model["memory"] and "follows the linear" in settings_model["lr"]
         if len(clients) == 2:  # trl's SFTTrainer on the settings' model and schedule: compared, and passes
             sft = _oks(report, first_client)

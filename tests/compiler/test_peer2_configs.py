@@ -56,6 +56,10 @@ NOT_EQUIVALENT: dict[str, str] = {
     # and LLaMA-Factory save PEFT adapters themselves
     "axolotl-ai-cloud__axolotl/examples/jamba/qlora_deepspeed.yaml": _LORA_DS,
     "hiyouga__LLaMA-Factory/examples/train_lora/qwen3_lora_sft_ds3.yaml": _LORA_DS,
+    # keys that change what is trained and that tuner cannot train (issue 34 item 3): refused by name
+    "axolotl-ai-cloud__axolotl/examples/archived/tiny-llama/lora.yml": "load_in_8bit = True is LoRA on an 8-bit base",
+    "axolotl-ai-cloud__axolotl/examples/mistral/bigstral/bigstral-ds-zero3.yaml": "unfrozen_parameters",
+    "hiyouga__LLaMA-Factory/examples/extras/galore/llama3_full_sft.yaml": "use_galore = True is the GaLore optimizer",
 }
 
 

@@ -31,7 +31,10 @@ def lora_run(runtime_tmp):
 
 @pytest.fixture(scope="module")
 def bf16_run(runtime_tmp):
-    settings = merged(fsdp=FSDP2, training={"mixed_precision": "bf16", "gradient_checkpointing": True})
+    # checkpoint.every_epochs (issue 34: the HF Trainer's save_strategy "epoch", axolotl's saves per
+    # epoch): one epoch is 7 steps here (packed rows), so a save at step 7 beside every_steps 5 and 10
+    settings = merged(fsdp=FSDP2, training={"mixed_precision": "bf16", "gradient_checkpointing": True},
+                      checkpoint={"every_epochs": 1})
     run = tuner_run(runtime_tmp / "bf16-gc", settings)
     assert_ok(run)
     return run
@@ -67,3 +70,16 @@ def test_bf16_with_gradient_checkpointing_trains_and_exports(bf16_run):
     assert losses[10] < losses[1] - 0.5, losses
     model = AutoModelForCausalLM.from_pretrained(str(bf16_run.out / "final"))
     assert next(model.parameters()).dtype == torch.float32  # fp32 master weights, bf16 compute
+
+
+def test_a_checkpoint_at_each_epochs_end(bf16_run):
+    """checkpoint.every_epochs = 1 saves when the first epoch ends (before step 10; every_steps saves
+    5 and 10), recording the next epoch's start, and once per step."""
+    import json
+
+    ck = bf16_run.out / "checkpoints"
+    steps = sorted(int(p.name.removeprefix("step-")) for p in ck.iterdir() if p.name.startswith("step-"))
+    (epoch_end,) = [s for s in steps if s not in (5, 10)]
+    assert len(steps) == 3 and 5 < epoch_end < 10, steps
+    meta = json.loads((ck / f"step-{epoch_end}" / "tuner_checkpoint.json").read_text())
+    assert (meta["epoch"], meta["batches_in_epoch"]) == (1, 0)

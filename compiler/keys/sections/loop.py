@@ -38,6 +38,11 @@ class TrainingSettings:
         "adamw", aliases=("optimizer", "optim"), choices=("adamw", "adam", "sgd", "lion", "prodigy"),
         spellings=spellings.optimizer, order=6,
         help="Optimizer for non-DeepSpeed runs (lion needs the lion-pytorch package, prodigy prodigyopt).")
+    optimizer_in_backward: bool = setting(
+        False, aliases=("optimizer_in_bwd", "optimizer_release_gradients"),
+        help="Your own trainer steps the optimizer inside backward, in gradient hooks (torchtune's "
+             "optimizer_in_bwd, SimpleTuner's optimizer_release_gradients). Compiles for your own trainer "
+             "(the compiler checks it against FSDP2 CPU offload); tuner run refuses it.")
     weight_decay: float = setting(
         0.0, aliases=("weight_decay", "adam_weight_decay"), minimum=0,
         help="Weight decay.")
@@ -129,6 +134,10 @@ class CheckpointSettings:
     every_steps: int = setting(
         0, aliases=("checkpointing_steps", "save_steps"), minimum=0, order=1,
         help="Save a checkpoint every N optimizer steps (0: never during training).")
+    every_epochs: int = setting(
+        0, minimum=0,
+        help="Save a checkpoint at the end of every N epochs (0: never; beside every_steps, both apply). "
+             "The HF Trainer's save_strategy \"epoch\" is 1.")
     keep_last: int = setting(
         3, aliases=("checkpoints_total_limit",), minimum=1, order=2,
         help="Checkpoints kept; older ones are deleted.")
