@@ -55,6 +55,7 @@ def arm(root: Path, cached: bool, args) -> tuple[float, float]:
     from torch.utils.data import DataLoader
     from tuner.compiler.keys.settings import Settings
     from tuner.runtime.families.base import FamilyContext
+    from tuner.runtime.families.diffusion.buckets import BucketBatchSampler
     from tuner.runtime.families.diffusion.family import DiffusionFamily
 
     s = Settings.from_dict({"model": {"family": "diffusion", "path": str(root / "sd")},
@@ -68,7 +69,7 @@ def arm(root: Path, cached: bool, args) -> tuple[float, float]:
     torch.manual_seed(0)
     model = fam.prepare_model(fam.build_model())
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-    loader = DataLoader(train, batch_sampler=fam.batch_sampler(train, args.batch, 1, 1, True), collate_fn=fam.collate)
+    loader = DataLoader(train, batch_sampler=BucketBatchSampler(train.bucket_of, args.batch, 1, 1, 0), collate_fn=fam.collate)
     batches = iter(())
     done, t_start = 0, 0.0
     while done < args.steps + 2:

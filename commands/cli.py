@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..compiler.diagnostics import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from ..compiler.read.files import describe_os_error
+from .checkpoint_args import add_checkpoint_parser
 
 
 def _version() -> str:
@@ -178,11 +179,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("settings", type=Path, nargs="?", default=None)
 
     p = sub.add_parser("run", help="train from a build directory or settings file on real ranks",
-                       usage="tuner run TARGET [--resume latest|PATH] [--max-steps N] [--callback MODULE:NAME]... "
-                             "[--check] [--machine-rank N] [--main-address HOST] [--main-port PORT] [--set KEY=VALUE]... "
+                       usage="tuner run TARGET [--resume latest|PATH [--new-global-batch]] [--max-steps N] "
+                             "[--callback MODULE:NAME]... [--check] [--machine-rank N] [--main-address HOST] "
+                             "[--main-port PORT] [--set KEY=VALUE]... "
                              "[--KEY [VALUE]]...")
     p.add_argument("target", type=Path, help="a build directory (with manifest.json) or a settings file")
     p.add_argument("--resume", default=None, help="'latest' or a checkpoint directory")
+    p.add_argument("--new-global-batch", action="store_true",
+                   help="resume at a world size that changes the global batch (micro x accumulation x ranks) on purpose")
     p.add_argument("--max-steps", type=_positive_int, default=None, help="stop after this many optimizer steps (1 or more)")
     p.add_argument("--max_steps", dest="max_steps", type=_positive_int, help=argparse.SUPPRESS)  # the seeds' spelling
     p.add_argument("--callback", action="append", default=[], metavar="MODULE:NAME",
@@ -214,12 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--launch-only", action="store_true", help="the launch checks only, no rehearsal")
     _add_machine_flags(p)
 
-    p = sub.add_parser("checkpoint", help="checkpoint tools")
-    csub = p.add_subparsers(dest="checkpoint_command", metavar="ACTION")
-    e = csub.add_parser("export", help="export a checkpoint as a full model that from_pretrained loads")
-    e.add_argument("checkpoint", type=Path)
-    e.add_argument("--out", type=_nonempty_path, required=True,
-                   help="a new or empty directory, or one an earlier export wrote (its other files are kept)")
+    add_checkpoint_parser(sub, _nonempty_path)
 
     p = sub.add_parser("blocks", help="list a model's module classes and suggest FSDP wrap classes (meta device)")
     p.add_argument("model", help="a local model directory or builtin[:NAME]")

@@ -52,13 +52,14 @@ def run(args) -> int:
         with acquire_run_lock(arts.output_dir, topo.machine_rank if topo.num_machines > 1 else None):
             # An output directory that holds a run is resumed when asked, refused otherwise.
             resume = check_output_dir(arts.output_dir, args.resume or arts.settings.checkpoint.resume, str(target))
-            _check_resume(arts, resume, args.max_steps)
+            new_batch = bool(getattr(args, "new_global_batch", False))
+            resume = _check_resume(arts, resume, args.max_steps, new_batch)
             from ..runtime.extras import check_installed
 
             check_installed(arts, trains=True)  # a missing package is named before the data is read
             _check_data(arts)
             _clear_stale_offload(arts)
-            entry = worker_entry(arts, resume, args.max_steps, getattr(args, "callback", None) or [])
+            entry = worker_entry(arts, resume, args.max_steps, getattr(args, "callback", None) or [], new_batch)
             return launch(arts, entry, topo)
     except RunError as exc:
         print(f"tuner run: {exc.message}", file=sys.stderr)
@@ -104,21 +105,34 @@ def _check_data(arts) -> None:
         print(line, flush=True)
 
 
-def _check_resume(arts, resume: str | None, max_steps: int | None = None) -> None:
-    """Refuse a missing or incompatible checkpoint, or one past the run's last step, before
-    any rank starts (the trainer checks again on every rank)."""
+def _check_resume(arts, resume: str | None, max_steps: int | None = None, new_global_batch: bool = False) -> str:
+    """Refuse a missing or incompatible checkpoint (another strategy tuner cannot carry, a
+    world size that cannot keep the global batch), or one past the run's last step, before
+    any rank starts (the trainer checks again on every rank). Returns what the ranks resume:
+    `resume`, or the universal conversion of a ZeRO checkpoint written by another world size."""
     if not resume:
-        return
+        return ""
     from ..runtime import checkpoint as ckpt
+    from ..runtime import checkpoint_convert as convert
+    from ..runtime.resume_rules import Layout, check_compatible
 
     path = ckpt.resolve_resume(resume, arts.output_dir)
-    if path is not None:
-        kind = ckpt.state_dict_kind(arts.strategy, arts.settings.checkpoint.state_dict_type)
-        meta = ckpt.read_meta(path)
-        ckpt.check_compatible(meta, arts.strategy, kind, arts.plan.world_size, path)
-        last = max_steps if max_steps is not None else arts.settings.training.max_steps
-        if last > 0:  # 0: by epochs, known on the ranks once the data is read
-            ckpt.check_step(meta, last, path)
+    if path is None:
+        return resume
+    kind = ckpt.state_dict_kind(arts.strategy, arts.settings.checkpoint.state_dict_type)
+    meta = ckpt.read_meta(path)
+    t = arts.settings.training
+    now = Layout.of(t, arts.plan.world_size)
+    check_compatible(meta, arts.strategy, kind, now, path, new_global_batch)
+    last = max_steps if max_steps is not None else t.max_steps
+    if last > 0:  # 0: by epochs, known on the ranks once the data is read
+        ckpt.check_step(meta, last, path)
+    if convert.needs_universal(meta, arts.strategy, now.world):
+        dest = convert.universal_dir(arts.output_dir, meta)
+        print(f"converting {path} ({meta.strategy}, {meta.world_size} ranks) to DeepSpeed's universal checkpoint "
+              f"for {now.world} ranks: {dest}", flush=True)
+        return str(convert.to_universal(path, dest))
+    return resume
 
 
 def _clear_stale_offload(arts) -> None:

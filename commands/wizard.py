@@ -4,10 +4,15 @@ Starts without importing torch: hardware and block detection load their modules 
 worker threads after the first paint. The terminal is restored by Textual on every exit
 path, Ctrl+C included (Ctrl+C is a key binding in the app; a SIGINT that still arrives
 is caught here).
+
+Once the app has ended and said so, the process ends at once (`os._exit`, after flushing):
+Python's own finalisation, tearing down torch (which hardware detection imports), took 1 to
+3 s on a loaded machine, and a closed terminal must end the wizard within 2 s.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -46,16 +51,39 @@ def run(args) -> int:
         code = app.run()
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    return finish(app, code)
+    except OSError:  # the exit message could not be printed: the terminal has closed (EIO)
+        code = app.leaving.code
+    end_now(finish(app, code))
+    return EXIT_INTERNAL  # not reached
 
 
 def finish(app, code) -> int:
     """The exit status: a crash (Textual printed the traceback) is EXIT_INTERNAL, never 0,
-    and names the file that holds the unsaved edits."""
+    and names the file that holds the unsaved edits. An interruption's status is its
+    signal's, whatever the teardown raised (tui/leaving.py)."""
+    if app.leaving.code is not None:
+        return int(app.leaving.code)
     if app.return_code:  # Textual sets 1 when an exception ended the app
         where = app.write_recovery()
-        print("tuner wizard: internal error (the traceback is above). "
-              + (f"Your unsaved edits are in {where}." if where else "There were no unsaved edits."),
-              file=sys.stderr)
+        _say("tuner wizard: internal error (the traceback is above). "
+             + (f"Your unsaved edits are in {where}." if where else "There were no unsaved edits."))
         return EXIT_INTERNAL
     return int(code or 0)
+
+
+def _say(text: str) -> None:
+    try:
+        print(text, file=sys.stderr)
+    except OSError:
+        pass  # a closed terminal: the status still says what happened
+
+
+def end_now(code: int) -> None:
+    """Flush what was printed and end the process with `code`, skipping the interpreter's
+    finalisation (every file the wizard writes was fsynced by `write_atomic`)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed terminal: nothing more can reach it
+    os._exit(code)

@@ -45,6 +45,9 @@ class CheckpointMeta:
     batches_in_epoch: int = 0
     """Micro-batches of the current epoch already consumed (the data position)."""
     tokens_seen: int = 0
+    micro_batch_size: int = 0
+    gradient_accumulation_steps: int = 0
+    """With world_size, the layout the data position counts in (0: not recorded; resume_rules.py)."""
     family: str = "causal_lm"
     manifest: dict[str, Any] = field(default_factory=dict)
     """The run's manifest, so a checkpoint can be exported on its own."""
@@ -68,7 +71,8 @@ def step_dir_name(step: int) -> str:
 
 
 _META_TYPES = {"step": int, "strategy": str, "state_dict_type": str, "world_size": int, "epoch": int,
-               "batches_in_epoch": int, "tokens_seen": int, "family": str, "manifest": dict, "files": dict}
+               "batches_in_epoch": int, "tokens_seen": int, "micro_batch_size": int,
+               "gradient_accumulation_steps": int, "family": str, "manifest": dict, "files": dict}
 _META_REQUIRED = ("step", "strategy", "state_dict_type", "world_size")
 
 
@@ -275,29 +279,6 @@ def state_dict_kind(strategy: Strategy, state_dict_type: str) -> str:
     if strategy.is_deepspeed:
         return "deepspeed"
     return state_dict_type if strategy.is_fsdp else "full"
-
-
-def check_compatible(meta: CheckpointMeta, strategy: Strategy, state_dict_type: str, world_size: int, ckpt: Path) -> None:
-    """Refuse resuming a checkpoint written by another strategy or world size, saying how to convert."""
-    convert = (f"convert it to a full model with `tuner checkpoint export {ckpt} --out DIR` and start a new run "
-               f"from it (model.path = \"DIR\")")
-    ds_then, ds_now = meta.strategy.is_deepspeed, strategy.is_deepspeed
-    if ds_then != ds_now:
-        raise RunError(f"checkpoint {ckpt} was written {'with' if ds_then else 'without'} DeepSpeed "
-                       f"({meta.strategy}) and this run {'uses' if ds_now else 'does not use'} DeepSpeed ({strategy}); "
-                       f"a checkpoint cannot be resumed after enabling or disabling DeepSpeed: {convert}")
-    fsdp_then, fsdp_now = meta.strategy.is_fsdp, strategy.is_fsdp
-    if meta.strategy != strategy and (fsdp_then or fsdp_now):
-        raise RunError(f"checkpoint {ckpt} was written with {meta.strategy} and this run uses {strategy}; "
-                       f"sharded model and optimizer states differ between them: {convert}")
-    if fsdp_then and meta.state_dict_type != state_dict_type:
-        raise RunError(f"checkpoint {ckpt} holds a {meta.state_dict_type} state dict and this run is compiled for "
-                       f"{state_dict_type}; set checkpoint.state_dict_type = \"{meta.state_dict_type}\" to resume it, "
-                       f"or {convert}")
-    if meta.world_size != world_size:
-        raise RunError(f"checkpoint {ckpt} was written by {meta.world_size} ranks and this run has {world_size}; "
-                       f"tuner resumes only at the same world size (optimizer state, RNG and data position are "
-                       f"per rank): run with hardware.num_processes = {meta.world_size}, or {convert}")
 
 
 def tmp_dir_for(ckdir: Path, step: int) -> Path:

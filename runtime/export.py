@@ -19,6 +19,8 @@ from pathlib import Path
 
 from . import checkpoint as ckpt
 from .artefacts import RunError
+from .export_shards import DEFAULT_MAX_SHARD
+from .families.base import FamilyError
 
 
 def full_state_dict(path: Path, meta: ckpt.CheckpointMeta) -> dict:
@@ -168,7 +170,7 @@ def export_lock(out_dir: Path) -> Iterator[None]:
                 out_dir.rmdir()  # only when empty
 
 
-def export_checkpoint(path: Path, out_dir: Path) -> Path:
+def export_checkpoint(path: Path, out_dir: Path, max_shard_size: int | str = DEFAULT_MAX_SHARD) -> Path:
     path, out_dir = Path(path), Path(out_dir)
     ckpt.refuse_link_loop(path, "checkpoint", hint=ckpt.intact_hint(path, "export") if path.parent.is_dir() else "")
     if path.name == ckpt.LATEST and path.is_file() and path.parent.is_dir():
@@ -179,11 +181,11 @@ def export_checkpoint(path: Path, out_dir: Path) -> Path:
         export_target(out_dir)  # refused: a file
     with export_lock(out_dir):
         previous = export_target(out_dir)  # refuse before the (slow) reading of the state
-        _export_locked(path, out_dir, previous)
+        _export_locked(path, out_dir, previous, max_shard_size)
     return out_dir
 
 
-def _export_locked(path: Path, out_dir: Path, previous: list[str]) -> None:
+def _export_locked(path: Path, out_dir: Path, previous: list[str], max_shard_size: int | str) -> None:
     from ..compiler.keys.settings import Settings
     from .families import get_family
     from .families.base import FamilyContext
@@ -202,14 +204,40 @@ def _export_locked(path: Path, out_dir: Path, previous: list[str]) -> None:
     # The trainer records the project directory beside the manifest (whose settings_file is
     # relative to the build directory, which a checkpoint does not know).
     base_dir = Path(manifest["project_dir"]) if manifest.get("project_dir") else path.resolve().parent
-    fam = get_family(meta.family)(FamilyContext(settings=settings, base_dir=base_dir, seed=settings.training.seed))
-    try:
-        state = full_state_dict(path, meta)
-    except RunError:
-        raise
-    except _READ_ERRORS as exc:
-        raise ckpt.unreadable(path, exc, action="export") from None
-    write_export(lambda target: fam.export(state, target), out_dir, previous, str(path.resolve()))
+    fam = get_family(meta.family)(FamilyContext(settings=settings, base_dir=base_dir, seed=settings.training.seed,
+                                                extra={"max_shard_size": max_shard_size}))
+
+    def write(target: Path) -> None:
+        try:
+            if streamed(fam, path, meta, target, max_shard_size):
+                return
+            state = full_state_dict(path, meta)
+        except (RunError, FamilyError):
+            raise
+        except _READ_ERRORS as exc:
+            raise ckpt.unreadable(path, exc, action="export") from None
+        fam.export(state, target)
+
+    write_export(write, out_dir, previous, str(path.resolve()))
+
+
+def streamed(fam, path: Path, meta: ckpt.CheckpointMeta, target: Path, max_shard_size: int | str) -> bool:
+    """Write the export shard by shard from the checkpoint's files when the family can
+    (`export_sources.py`, `export_shards.py`); False when it cannot: the full state is read."""
+    from .export_shards import give_freed_memory_back
+    from .export_sources import open_source
+
+    stream = getattr(fam, "export_streamed", None)
+    if stream is None:
+        return False
+    give_freed_memory_back()  # before the reader: DeepSpeed's frees what it does not keep
+    source = open_source(path, meta.strategy.is_deepspeed)
+    if source is None:
+        return False
+    if stream(source, target, max_shard_size):
+        return True
+    shutil.rmtree(target, ignore_errors=True)  # anything written before it knew
+    return False
 
 
 def _no_space(exc: BaseException, out_dir: Path) -> OSError | None:

@@ -61,7 +61,7 @@ class Entry:
 
 
 def worker_entry(arts: Artefacts, resume: str, max_steps: int | None,
-                 callbacks: tuple[str, ...] | list[str] = ()) -> Entry:
+                 callbacks: tuple[str, ...] | list[str] = (), new_global_batch: bool = False) -> Entry:
     """`callbacks`: ``MODULE:NAME`` specs each rank loads (runtime/callbacks.py)."""
     args = [str(arts.build_dir.resolve())]
     if resume and os.path.exists(resume):
@@ -72,6 +72,8 @@ def worker_entry(arts: Artefacts, resume: str, max_steps: int | None,
         args += ["--max-steps", str(max_steps)]
     for spec in callbacks:
         args += ["--callback", spec]
+    if new_global_batch:
+        args.append("--new-global-batch")
     return Entry("tuner run", "tuner.runtime.worker", args)
 
 

@@ -22,7 +22,7 @@ import torch
 
 from ..compiler.plan.strategy import Strategy
 from . import checkpoint as ckpt
-from . import cpu_shim, tracking
+from . import cpu_shim, portable_state, resume_rules, tracking
 from .artefacts import Artefacts, RunError
 from .callbacks import Callbacks
 from .families import get_family
@@ -37,8 +37,9 @@ PG_TIMEOUT_S = float(os.environ.get("TUNER_PG_TIMEOUT", "300"))
 
 class Trainer:
     def __init__(self, arts: Artefacts, resume: str = "", max_steps: int | None = None,
-                 callbacks: Iterable[Any] = ()) -> None:
+                 callbacks: Iterable[Any] = (), new_global_batch: bool = False) -> None:
         self.arts = arts
+        self.new_global_batch = new_global_batch
         self.s = arts.settings
         self.resume_arg = resume or self.s.checkpoint.resume
         self.max_steps_override = max_steps
@@ -145,26 +146,17 @@ class Trainer:
                                        self.world)
 
     def _batches_per_rank(self) -> int:
-        sampler = self._batch_sampler(self.train_ds, shuffle=True)
-        if sampler is not None:
-            return len(sampler) // self.world
-        return len(self.train_ds) // (self.s.training.micro_batch_size * self.world)
-
-    def _batch_sampler(self, ds, shuffle: bool):
-        """The family's own batch sampler (diffusion: one aspect bucket per optimizer step), or None."""
-        t = self.s.training
-        return self.fam.batch_sampler(ds, t.micro_batch_size, self.world, t.gradient_accumulation_steps if shuffle
-                                      else 1, shuffle)
+        sampler = self.fam.batch_sampler(self.train_ds, self.s.training, self.world, True)  # diffusion: buckets
+        n = len(sampler) if sampler is not None else len(self.train_ds) // self.s.training.micro_batch_size
+        return n // self.world
 
     def _loader(self, ds, shuffle: bool):
         from torch.utils.data import DataLoader
 
-        sampler = self._batch_sampler(ds, shuffle)
-        if sampler is not None:
-            return DataLoader(ds, batch_sampler=sampler, collate_fn=self.fam.collate,
-                              num_workers=self.s.data.num_workers)
-        return DataLoader(ds, batch_size=self.s.training.micro_batch_size, shuffle=shuffle, drop_last=shuffle,
-                          collate_fn=self.fam.collate, num_workers=self.s.data.num_workers)
+        kw: dict[str, Any] = {"batch_sampler": self.fam.batch_sampler(ds, self.s.training, self.world, shuffle)}
+        if kw["batch_sampler"] is None:
+            kw = dict(batch_size=self.s.training.micro_batch_size, shuffle=shuffle, drop_last=shuffle)
+        return DataLoader(ds, collate_fn=self.fam.collate, num_workers=self.s.data.num_workers, **kw)
 
     def prepare(self) -> None:
         if getattr(self.train_ds, "streamed", False):  # each rank reads its own part (data_sources/stream.py)
@@ -217,16 +209,23 @@ class Trainer:
                 self.say(f"no checkpoint to resume in {self.ckdir}; starting fresh")
             return
         meta = ckpt.read_meta(path)
-        ckpt.check_compatible(meta, self.strategy, self._state_dict_type(), self.world, path)
+        now = resume_rules.Layout.of(self.s.training, self.world)
+        kept = resume_rules.check_compatible(meta, self.strategy, self._state_dict_type(), now, path,
+                                             self.new_global_batch)
         ckpt.check_step(meta, self.total_steps, path)
         try:  # a garbled state file: one message naming the last intact checkpoint, not a traceback
-            self.acc.load_state(str(path))
-            self.fam.load_state(path, self.acc)
+            kept = "; ".join(x for x in (kept, portable_state.load_state(self, path, meta)) if x)
         except ckpt.read_errors() as exc:
             raise ckpt.unreadable(path, exc) from None
-        self.step, self.epoch = meta.step, meta.epoch
-        self.batches_in_epoch, self.tokens_seen = meta.batches_in_epoch, meta.tokens_seen
+        self.step, self.epoch, self.tokens_seen = meta.step, meta.epoch, meta.tokens_seen
+        self.batches_in_epoch, short = resume_rules.batches_to_skip(meta, now)
         self.say(f"resumed from {path} at step {self.step} (epoch {self.epoch}, batch {self.batches_in_epoch})")
+        if kept:
+            self.say(f"resume: {kept}")
+        if short:
+            self.say(f"resume: the data position ({resume_rules.position_samples(meta)} samples into epoch "
+                     f"{self.epoch}) is not a whole number of rounds of {now.micro * now.world}; {short} samples "
+                     f"are trained again")
 
     def _state_dict_type(self) -> str:
         return ckpt.state_dict_kind(self.strategy, self.s.checkpoint.state_dict_type)
@@ -242,6 +241,9 @@ class Trainer:
         accum = t.gradient_accumulation_steps
         # The loss is summed on the device and read (one host sync) only on logging steps.
         step_loss, step_units, t_step = self._zero_loss(), 0, time.perf_counter()
+        # Whole global batches only: an epoch's tail shorter than one (micro x accumulation x
+        # ranks) is not trained, so an epoch is the same samples at every world size.
+        limit = None if getattr(self.train_ds, "streamed", False) else self.steps_per_epoch * accum
         while self.step < self.total_steps:
             self.train_loader.set_epoch(self.epoch)
             loader = self.train_loader
@@ -249,6 +251,8 @@ class Trainer:
                 loader = self.acc.skip_first_batches(self.train_loader, self.batches_in_epoch)
                 loader.set_epoch(self.epoch)
             for batch in loader:
+                if limit is not None and self.batches_in_epoch >= limit:
+                    continue  # the tail: read through, so accelerate sees the epoch end
                 self.callbacks.fire("on_batch_start", self, batch)
                 with self.acc.accumulate(self.model):
                     loss = self.fam.loss(self.model, batch)
@@ -326,11 +330,12 @@ class Trainer:
             self.callbacks.fire("on_save", self, tmp)
             self.fam.save_state(tmp, self.acc)
         self.acc.wait_for_everyone()  # every rank has written its part
-        final = self.ckdir / ckpt.step_dir_name(self.step)
+        final, t = self.ckdir / ckpt.step_dir_name(self.step), self.s.training
         if self.main:
             meta = ckpt.CheckpointMeta(step=self.step, strategy=self.strategy, state_dict_type=self._state_dict_type(),
                                        world_size=self.world, epoch=self.epoch, batches_in_epoch=self.batches_in_epoch,
-                                       tokens_seen=self.tokens_seen, family=self.s.model.family,
+                                       tokens_seen=self.tokens_seen, micro_batch_size=t.micro_batch_size,
+                                       gradient_accumulation_steps=t.gradient_accumulation_steps, family=self.s.model.family,
                                        manifest={**self.arts.manifest, "project_dir": str(self.arts.base_dir)})
             final = ckpt.publish(self.ckdir, tmp, meta)
             ckpt.prune(self.ckdir, self.s.checkpoint.keep_last)

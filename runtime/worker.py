@@ -1,5 +1,5 @@
 """Entry point of one rank: ``python -m tuner.runtime.worker BUILD_DIR [--resume X] [--max-steps N]
-[--callback MODULE:NAME]...``.
+[--callback MODULE:NAME]... [--new-global-batch]``.
 
 Started by `tuner.runtime.launch` (torch's elastic launcher on CPU, `accelerate launch`
 on GPUs), never by hand. A user error prints one line (on rank 0) and exits 2; anything
@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> int:
     p.add_argument("--resume", default="")
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--callback", action="append", default=[], metavar="MODULE:NAME")
+    p.add_argument("--new-global-batch", action="store_true")
     args = p.parse_args(argv)
     from . import rank_guard
 
@@ -58,7 +59,8 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> int:
 
         given = [*(callbacks or []), *(cb for spec in args.callback for cb in cbs.load(spec))]
         with rehearsal():
-            Trainer(redirect_output(arts), resume=args.resume, max_steps=args.max_steps, callbacks=given).train()
+            Trainer(redirect_output(arts), resume=args.resume, max_steps=args.max_steps, callbacks=given,
+                    new_global_batch=args.new_global_batch).train()
         _shutdown()
     except (RunError, FamilyError) as exc:
         if rank == "0":

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from rich.markup import escape
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
@@ -68,7 +69,7 @@ class Commands:
         try:
             return save()
         except refused as exc:
-            self.app.notify(f"Not saved: {exc}", severity="error")
+            self.app.notify(escape(f"Not saved: {exc}"), severity="error")  # "[model]" is text, not markup
             return None
 
     def save(self) -> None:
@@ -89,6 +90,29 @@ class Commands:
         out = self._attempt(state.save_and_compile, (SaveRefused, OSError))
         if out is not None:
             self.app.announce(f"saved {display_path(state.path)} and compiled -> {display_path(out)}/", "Saved")
+
+    def fix_unknown(self, path: str) -> bool:
+        """For an unknown key at `path`: offer to remove or rename it (tui/unknown.py); False
+        when `path` is not one."""
+        from . import unknown
+
+        found = unknown.find(self.app.state.diagnostics, path)
+        if found is None:
+            return False
+
+        def done(choice: str | None) -> None:
+            if choice is None or found is None:
+                return
+            try:
+                what = unknown.apply(self.app.state, found, choice)
+            except unknown.FixRefused as exc:
+                self.app.notify(escape(str(exc)), severity="warning")
+                return
+            self.app.after_edit(reload_values=True)
+            self.app.announce(what, "Unknown key")
+
+        self.app.push_screen(unknown.UnknownKeyScreen(found), done)
+        return True
 
     def builder(self) -> None:
         self.app.outside_modals()

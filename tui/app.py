@@ -18,6 +18,7 @@ settings (`WizardApp.recovery_path`), and `tuner wizard` exits with EXIT_INTERNA
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,8 +34,9 @@ from textual.widgets import Button, Collapsible, ContentSwitcher, Static
 from ..compiler.keys import paths as K
 from ..compiler.read.files import write_atomic
 from .actions import Commands
+from .driver import guarded
 from .facts import display_path
-from .fields import FieldRow, steady_cursors
+from .fields import FieldRow, shown_within, steady_cursors
 from .keyqueue import KeyQueue, TypedKey
 from .layout import STEP_IDS, STEPS, canonical_key, step_of
 from .leaving import Leaving
@@ -93,6 +95,10 @@ class WizardApp(App[int]):
         self.where = ""
         """What has focus, in the status line (a key, "strategy", "Advanced…"): which field a key edits."""
 
+    def get_driver_class(self):
+        """The platform's driver, resumed by SIGCONT only after a suspension (tui/driver.py)."""
+        return guarded(super().get_driver_class())
+
     async def on_event(self, event: events.Event) -> None:
         if KeyQueue.wants(event) and not self.keys.releasing(event):
             self.keys.offer(event)  # after the keys before it have settled (see tui/keyqueue.py)
@@ -147,7 +153,13 @@ class WizardApp(App[int]):
     # -- crashes ----------------------------------------------------------------------
 
     def _handle_exception(self, error: Exception) -> None:
-        """Keep unsaved edits in a recovery file before Textual exits with the traceback."""
+        """Keep unsaved edits in a recovery file before Textual exits with the traceback.
+
+        While an interruption ends the app, an error from the screens torn down under work
+        still under way is dropped (tui/leaving.py): the draft is written, and the exit
+        status is the signal's."""
+        if self.leaving.code is not None:
+            return
         self.write_recovery()
         super()._handle_exception(error)
 
@@ -168,7 +180,9 @@ class WizardApp(App[int]):
         if self.screen_stack[0].focused is None:
             self.focus_first()
         if self._detect_hardware:
-            self.run_worker(self._collect_hardware, thread=True, exclusive=True, group="hardware")
+            # A daemon thread, not a Textual worker: the exit never waits for it (a worker is
+            # joined when the app's loop closes, and importing torch takes seconds).
+            threading.Thread(target=self._collect_hardware, name="tuner-hardware", daemon=True).start()
 
     def _collect_hardware(self) -> None:
         detect = self.services.hardware
@@ -178,7 +192,10 @@ class WizardApp(App[int]):
             facts: Any = detect()
         except Exception as exc:  # shown on the Hardware step, never a crash
             facts = exc
-        self.call_from_thread(self._hardware_ready, facts)
+        try:
+            self.call_from_thread(self._hardware_ready, facts)
+        except RuntimeError:
+            pass  # the app ended while detecting: nobody to tell
 
     def _hardware_ready(self, facts: Any) -> None:
         self.state.hardware = facts
@@ -254,7 +271,8 @@ class WizardApp(App[int]):
                             "(the same thing, for every strategy).", title="Activation checkpointing")
 
     async def on_review_pane_jump(self, event: ReviewPane.Jump) -> None:
-        await self.jump_to(event.key)
+        if not self.commands.fix_unknown(event.key):  # an unknown key: remove or rename it
+            await self.jump_to(event.key)
 
     async def jump_to(self, key: str) -> None:
         step_id = step_of(key)
@@ -304,7 +322,7 @@ class WizardApp(App[int]):
         if pane is None:
             return
         for widget in pane.query("Input, Select, Switch, OptionList"):
-            if widget.focusable and _shown_within(widget, pane):
+            if widget.focusable and shown_within(widget, pane):
                 # At once (Widget.focus defers it behind keys already queued). No scrolling:
                 # the first field is at the top, and a new pane has no layout to scroll by.
                 widget.screen.set_focus(widget, scroll_visible=False)  # its own screen, even under a modal
@@ -377,12 +395,3 @@ class WizardApp(App[int]):
             if inspect.isawaitable(result):
                 await result
 
-
-def _shown_within(widget, container) -> bool:
-    """True when neither `widget` nor any parent up to `container` has display: none."""
-    node = widget
-    while node is not None and node is not container:
-        if not node.display:
-            return False
-        node = node.parent
-    return True

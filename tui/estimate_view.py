@@ -8,6 +8,7 @@ before FSDP before offload) onto settings keys.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from ..compiler.keys import paths as K
@@ -35,15 +36,30 @@ def _g(n: int) -> str:
     return "-" if not n else f"{n / GIB:.1f}"
 
 
+#: The table's width: what the Review step has for it at 80x24 beside the step list (45
+#: columns). Rows are laid out within it; sentences are wrapped to it (textwrap), so nothing
+#: is wrapped by the terminal mid-row (tests/tui/test_snapshots.py, the 80x24 memory table).
+WIDTH = 44
+
+
+def _short(label: str) -> str:
+    """A strategy's label within the table's 20 columns ("ZeRO-2+CPU optimizer")."""
+    return label.replace(" + ", "+")[:20]
+
+
+def _wrapped(text: str) -> list[str]:
+    return textwrap.wrap(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False) or [""]
+
+
 def compact_table(est: Any) -> str:
-    """The estimate in about 60 columns: every strategy's per-GPU figure and verdict."""
+    """The estimate in `WIDTH` columns: every strategy's per-GPU figure and verdict."""
     if est.model is None or est.chosen is None:
-        return "memory estimate unavailable: " + est.source
-    lines = [f"model: {human_count(est.model.parameters)} parameters ({est.source})"]
+        return "\n".join(_wrapped("memory estimate unavailable: " + est.source))
+    lines = _wrapped(f"model: {human_count(est.model.parameters)} parameters ({est.source})")
     gpu = f"{est.gpu_capacity / GIB:.1f} GiB" if est.gpu_capacity else "unknown (Hardware: GPU memory GiB)"
     host = f"{est.host_capacity / GIB:.1f} GiB" if est.host_capacity else "unknown (Hardware: host memory GiB)"
-    lines.append(f"target GPU: {gpu} · target host RAM: {host}")
-    lines.append(f"  {'strategy':<22}{'per GPU':>8}{'host':>8}  fits")
+    lines += _wrapped(f"target GPU: {gpu}") + _wrapped(f"target host RAM: {host}")
+    lines.append(f"  {'strategy':<20}{'per GPU':>8}{'host':>7}  fits")
     rows = [est.chosen] + [r for r in est.rows if r.name != est.chosen.name]
     starred = False
     for r in rows:
@@ -52,11 +68,14 @@ def compact_table(est: Any) -> str:
         if fits == "yes" and r.fits_host is None and r.platform != "cpu":
             fits, starred = "yes*", True  # the GPU fits; the host was not checked
         mark = ">" if r is est.chosen else " "
-        lines.append(f"{mark} {r.label[:22]:<22}{_g(r.per_gpu or r.device.total):>8}{_g(r.per_host):>8}  {fits}")
-    lines.append("GiB per rank (host: per machine) · > the chosen one")
+        lines.append(f"{mark} {_short(r.label):<20}{_g(r.per_gpu or r.device.total):>8}{_g(r.per_host):>7}  {fits}")
+    lines += _wrapped("GiB per rank (host: per machine) · > the chosen one")
     if starred:
-        lines.append("* GPU memory only: state the target's host RAM on the Hardware step")
-    lines += [f"note: {n}" for n in est.notes]
+        lines += _wrapped("* GPU memory only: state the target's host RAM on the Hardware step")
+    for n in est.notes:
+        lines += _wrapped(f"note: {n}")
+    if est.recommendation_line and not est.recommendation:
+        lines += _wrapped(f"fix: {est.recommendation_line}")
     return "\n".join(lines)
 
 
@@ -78,7 +97,17 @@ def proposal(est: Any) -> dict[str, Any]:
             options.append({"name": name, "label": r.label, "per_gpu": per_gpu, "edits": dict(PROPOSALS[name]),
                             "why": f"fits: {per_gpu / GIB:.1f} GiB per GPU"
                             + (f" of {est.gpu_capacity / GIB:.0f}" if est.gpu_capacity else "")})
+    on = getattr(est, "with_checkpointing", None)
+    if not options and on is not None and on.name in PROPOSALS:  # the estimator's advice: the cheapest fix
+        per_gpu = on.per_gpu or on.device.total
+        without = est.row(on.name) or est.chosen
+        options.append({"name": on.name, "label": f"{on.label} + activation checkpointing", "per_gpu": per_gpu,
+                        "edits": {**PROPOSALS[on.name], K.TRAINING_GRADIENT_CHECKPOINTING: True},
+                        "why": f"fits with activation checkpointing: {per_gpu / GIB:.1f} GiB per GPU"
+                        + (f" of {est.gpu_capacity / GIB:.0f}" if est.gpu_capacity else "")
+                        + (f" ({(without.per_gpu or without.device.total) / GIB:.0f} without)" if without else "")})
     if options:
         return {**options[0], "options": options}
     return {"name": None, "label": None, "per_gpu": 0, "edits": {}, "options": [],
-            "why": "nothing fits the stated GPU memory (more GPUs, LoRA, or NVMe offload in the builder)"}
+            "why": "nothing fits the stated GPU memory (activation checkpointing, more GPUs, LoRA, "
+                   "or NVMe offload in the builder)"}

@@ -249,3 +249,13 @@ def _show_switch_state(state: Static, value: Any) -> None:
     valid = isinstance(value, bool)
     state.update(("on" if value else "off") if valid else f"invalid: {_quoted(value)}")
     state.set_class(not valid, "invalid")  # wider than on/off (wizard.tcss)
+
+
+def shown_within(widget, container) -> bool:
+    """True when neither `widget` nor any parent up to `container` has display: none."""
+    node = widget
+    while node is not None and node is not container:
+        if not node.display:
+            return False
+        node = node.parent
+    return True

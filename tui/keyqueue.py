@@ -53,6 +53,7 @@ class KeyQueue:
         self._pending: deque[events.Event] = deque()
         self._task: asyncio.Task[None] | None = None
         self._in_order: set[int] = set()
+        self._said_joined = False
 
     @staticmethod
     def wants(event: events.Event) -> bool:
@@ -88,9 +89,12 @@ class KeyQueue:
                     # the layout; a redraw per key made a 70-key burst several times slower).
                     self.app._begin_batch()
                     batching = True
+                if self._pending and _line_break_in_text(event, self._pending[0]):
+                    self._say_joined()
                 if not await self._one(event):
                     self._pending.clear()  # the app is closing
         finally:
+            self._said_joined = False
             if batching:
                 self.app._end_batch()
                 if not self.app._batch_count and self.app.is_running and self.app.screen_stack:
@@ -124,6 +128,23 @@ class KeyQueue:
             if not busy:
                 return
 
+    def _say_joined(self) -> None:
+        """An Enter between typed characters in a settings field: a multi-line paste from a
+        terminal without bracketed paste (each line break arrives as Enter). The field holds
+        one line, so the lines end up joined: say so, once per burst."""
+        from .fields import FieldInput
+
+        try:
+            focused = self.app.screen.focused
+        except Exception:  # noqa: BLE001 - no screen (closing)
+            return
+        if isinstance(focused, FieldInput) and not self._said_joined:
+            self._said_joined = True
+            self.app.notify("Several lines arrived as typed text (a paste without bracketed paste): a field holds "
+                            "one line, so they were joined here. Check the field; with bracketed paste on, only "
+                            "the first line is kept and the wizard says so.", title="Paste", severity="warning",
+                            markup=False)
+
     def _lay_out(self) -> None:
         """Lay the screen out now if anything changed since its last layout: Textual orders
         Tab by position on screen, and a pane just mounted (or a field just shown) has none
@@ -153,6 +174,12 @@ class KeyQueue:
         for pump in pumps:
             seen.setdefault(id(pump), pump)
         return list(seen.values())
+
+
+def _line_break_in_text(event: events.Event, following: events.Event) -> bool:
+    """True for an Enter followed at once by a printable key (a raw paste's line break)."""
+    return (isinstance(event, events.Key) and event.key == "enter" and isinstance(following, events.Key)
+            and following.is_printable)
 
 
 async def _processed(pump) -> None:

@@ -351,7 +351,9 @@ class WizardState:
         if self.errors:
             first = self.errors[0]  # named, with its fix, as the row shows it: which key, and what to do
             raise SaveRefused(f"{len(self.errors)} error(s), the first [{first.key}] {first.message}"
-                              + (f" — {first.fix.rstrip('.')}" if first.fix else "") + "; fix them or save a draft (ctrl+r)")
+                              + (f" — {first.fix.rstrip('.')}" if first.fix else "")
+                              + ("; Review (F6): Enter on it removes or renames it" if first.message.startswith("unknown key")
+                                 else "; fix them or save a draft (ctrl+r)"))
         self.document.save(self.path)
         self.saved_text = self.document.text()
         self.existed = True

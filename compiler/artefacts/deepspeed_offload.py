@@ -62,7 +62,11 @@ def _check_nvme_path(path_text: str, key: str, need_bytes: int, diags: Diagnosti
         diags.note(key, f"NVMe offload path {path_text} was not measured before the compile; it was not checked")
         return path_text
     path = disk.path
-    if not disk.is_dir:
+    if disk.elsewhere and not (disk.is_dir and disk.writable):
+        diags.note(key, f"NVMe offload path {path} is not a writable directory on this machine ({disk.elsewhere}); "
+                   "it belongs to the training machines and was not checked here",
+                   "`tuner check` verifies it on each machine before the run")
+    elif not disk.is_dir:
         diags.error(key, f"NVMe offload path {path} does not exist or is not a directory",
                     f"create it (mkdir -p {path}) or point deepspeed.nvme_path at an existing directory")
     elif not disk.writable:

@@ -4,11 +4,15 @@ In order, the first that applies:
 
 1. the cheapest compared strategy that fits as configured (within DeepSpeed the lowest ZeRO
    stage, within FSDP the cheapest FSDP option, else the cheapest overall);
-2. a strategy that fits once its loading switch is on: when host RAM is the bottleneck
+2. activation checkpointing (``training.gradient_checkpointing``), where it is off and turning
+   it on makes the chosen strategy (else the cheapest compared one) fit on these machines:
+   activations are what sharding cannot split, and a 7B model at seq_len 4096 needs far more
+   for them than for its weights; it costs a recomputed forward pass, not more GPUs;
+3. a strategy that fits once its loading switch is on: when host RAM is the bottleneck
    because every rank loads the fp32 weights, only ``fsdp.cpu_ram_efficient_loading`` (FSDP)
    or ``deepspeed.zero3_init`` (ZeRO-3) remove it (sharding or checkpointing do not);
-3. the fewest machines (same GPUs per machine) on which a sharded strategy fits;
-4. nothing at any scale: what holds the GPU memory that sharding cannot split (activations),
+4. the fewest machines (same GPUs per machine) on which a sharded strategy fits;
+5. nothing at any scale: what holds the GPU memory that sharding cannot split (activations),
    and the switches that shrink it.
 
 `Rerun` re-estimates a strategy for another world size or with a switch flipped.
@@ -22,6 +26,7 @@ from .per_rank import COMPARED, StrategyEstimate, base_strategy
 from .report import Estimate, fits, gib, label
 
 #: Rerun(strategy, machines, efficient_loading=None, checkpointing=None) -> estimate with fits set.
+CHECKPOINTING = "training.gradient_checkpointing"
 Rerun = Callable[..., StrategyEstimate]
 MAX_MACHINES = 4096
 SCALABLE = ("zero3", "fsdp2", "zero3+offload", "fsdp2+offload", "zero3+nvme")
@@ -88,6 +93,28 @@ def _min_machines(name: str, machines: int, rerun: Rerun) -> tuple[int, Strategy
     return hi, rerun(name, hi, efficient_loading=True)
 
 
+def _checkpointing(est: Estimate, strategy: str, machines: int, rerun: Rerun) -> bool:
+    """Name activation checkpointing where it is off and makes a strategy fit as it is (the
+    chosen one first, then the compared ones, cheapest first); True when it did."""
+    c = est.chosen
+    assert c is not None
+    for name in [strategy] + [n for n in COMPARED if n != strategy]:
+        r = c if name == strategy else est.row(name)
+        if r is None:
+            continue
+        on = rerun(name, machines, checkpointing=True)
+        if on.device.activations >= r.device.activations:
+            return False  # already on (or nothing to recompute): not the fix
+        if fits(on):
+            est.with_checkpointing = on
+            est.recommendation_line = f"{on.label} with {CHECKPOINTING} = true ({gib(on.per_gpu)} per GPU)"
+            est.advice.insert(0, f"activation checkpointing ({CHECKPOINTING} = true) takes {on.label} from "
+                                 f"{gib(r.per_gpu)} to {gib(on.per_gpu)} per GPU, which fits: the cheapest fix "
+                                 "(activations are recomputed in the backward pass, about a third more compute)")
+            return True
+    return False
+
+
 def advise(est: Estimate, strategy: str, machines: int, rerun: Rerun) -> None:
     """Fill `est.recommendation`, `est.recommendation_line` and `est.advice`."""
     c = est.chosen
@@ -104,6 +131,8 @@ def advise(est: Estimate, strategy: str, machines: int, rerun: Rerun) -> None:
         return
     if fits(c) is None and all(fits(r) is None for r in est.rows):
         return  # no capacity known: nothing to recommend
+    if c.fits_gpu is False and _checkpointing(est, strategy, machines, rerun):
+        return
     for name in [strategy] + [n for n in COMPARED if n != strategy]:
         r = est.row(name) or (c if name == c.name else None)
         if r is None or r.fits_gpu is False or not r.loading_switch or r.efficient_loading:

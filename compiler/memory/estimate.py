@@ -111,9 +111,11 @@ def estimate(s: Settings, plan: Plan, facts=None, base_dir: Path | None = None,
     cp = max(1, s.context_parallel.size)
     usable = int(gpu_cap * (1 - GPU_MARGIN))
 
-    def rerun(name: str, n_machines: int, efficient_loading: bool | None = None) -> StrategyEstimate:
+    def rerun(name: str, n_machines: int, efficient_loading: bool | None = None,
+              checkpointing: bool | None = None) -> StrategyEstimate:
         r = estimate_strategy(s, model, name, n_machines * rph, rph, platform, cp, trainable,
-                              chosen=name == plan.strategy, efficient_loading=efficient_loading)
+                              chosen=name == plan.strategy, efficient_loading=efficient_loading,
+                              checkpointing=checkpointing)
         return _set_fits(r, usable, host_cap)
 
     chosen = estimate_strategy(s, model, plan.strategy, world, rph, platform, cp, trainable, chosen=True)

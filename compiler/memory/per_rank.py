@@ -271,11 +271,12 @@ def _zero3_partition(m: ModelSize, n: int) -> int:
 
 def estimate_strategy(s: Settings, m: ModelSize, strategy: str, world: int, ranks_per_host: int,
                       platform: str, cp: int = 1, trainable: int | None = None,
-                      chosen: bool = False, efficient_loading: bool | None = None) -> StrategyEstimate:
+                      chosen: bool = False, efficient_loading: bool | None = None,
+                      checkpointing: bool | None = None) -> StrategyEstimate:
     """Bytes for one strategy (``ddp``, ``fsdp2``, ``zero3+offload``, ...) of these settings;
     ``chosen=True`` keeps the settings' own offload options; `efficient_loading` overrides
     the settings' ``fsdp.cpu_ram_efficient_loading`` / ``deepspeed.zero3_init`` (the advice
-    asks "would it fit with the switch on?")."""
+    asks "would it fit with the switch on?"), `checkpointing` their activation checkpointing."""
     o = options_for(s, strategy, world, ranks_per_host, chosen)
     switch = loading_switch(o)
     if efficient_loading is not None and switch:
@@ -332,7 +333,8 @@ def estimate_strategy(s: Settings, m: ModelSize, strategy: str, world: int, rank
             dev.params = 0
         if "nvme" in (o.offload_optimizer, o.offload_param):
             host.buffers = 5 * max(100_000_000, block) * b  # pinned swap buffers
-    checkpointing = s.training.gradient_checkpointing or (o.fsdp and s.fsdp.activation_checkpointing)
+    if checkpointing is None:
+        checkpointing = s.training.gradient_checkpointing or (o.fsdp and s.fsdp.activation_checkpointing)
     # ring CP splits the sequence under FSDP2, Ulysses (context_parallel.sp_size) under DeepSpeed
     split = cp if o.fsdp else max(1, s.context_parallel.sp_size) if o.deepspeed else 1
     dev.activations = activation_bytes(s, m, split, checkpointing)

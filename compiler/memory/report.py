@@ -33,6 +33,9 @@ class Estimate:
     many GPUs / machines would be needed."""
     advice: list[str] = field(default_factory=list)
     """Why nothing (or not the chosen strategy) fits, and what removes the bottleneck."""
+    with_checkpointing: StrategyEstimate | None = None
+    """The strategy that fits once activation checkpointing is on, where that is the fix
+    the advice names (the quick start proposes it)."""
 
     @property
     def usable_gpu(self) -> int:

@@ -115,7 +115,43 @@ def check(s: Settings, plan: Plan, diags: Diagnostics, found, facts=None) -> Est
     """Run the checks; returns the memory estimate they computed (None when there is none),
     which the compile result carries for `tuner estimate` and the wizard."""
     _check_wrap_classes(s, diags, found)
-    return _check_fit(s, plan, diags, found, facts)
+    est = _check_fit(s, plan, diags, found, facts)
+    _check_model_path(s, plan, diags, found, est)
+    return est
+
+
+def _check_model_path(s: Settings, plan: Plan, diags: Diagnostics, found, est: Estimate | None) -> None:
+    """A model path with nothing known about it: an unknown built-in is an error; a local path
+    that is not there a warning where a folder beside it has a close name (a typo), else a note
+    (a Hub id, or a path on the training machines). Either way it says that the memory fit
+    was not checked, so that a plan that does not fit never looks as if it did."""
+    if found is None or found.exists or found.detection is not None or (est is not None and est.model is not None):
+        return
+    from ..read import builtin_models
+
+    path = str(s.model.path)
+    if builtin_models.is_builtin(path):
+        try:
+            builtin_models.resolve_name(path, s.model.family, s.model.flavour)
+        except KeyError as exc:
+            name = path.split(":", 1)[1].strip() if ":" in path else ""
+            close = difflib.get_close_matches(name, builtin_models.names(), n=1, cutoff=0.6)
+            diags.error(K.MODEL_PATH, str(exc).strip("'\""),
+                        f"did you mean builtin:{close[0]}?" if close else "use one of the built-ins listed")
+        return
+    unchecked = "its size is unknown, so the memory fit was not checked"
+    if est is not None and est.gpu_capacity and plan.strategy:
+        unchecked = (f"its size is unknown, so whether {plan.strategy} fits "
+                     f"{_estimate.gib(est.gpu_capacity)} per GPU was not checked")
+    if found.near:
+        parent = path.rstrip("/").rpartition("/")[0]
+        meant = " or ".join(f"{parent}/{n}" if parent else n for n in found.near)
+        diags.warning(K.MODEL_PATH, f"model path {path!r} is not a folder on this machine; {unchecked}",
+                      f"did you mean {meant}?")
+    else:
+        diags.note(K.MODEL_PATH, f"model path {path!r} is not a folder on this machine (a Hugging Face Hub id, "
+                   f"or a path on the training machines); {unchecked}",
+                   f"run `tuner blocks {path}` where the model is to record its size")
 
 
 def nvme_bytes(s: Settings, strategy: Strategy, world: int, rph: int, platform: str, found) -> int:

@@ -67,6 +67,8 @@ def check(n: Normalised, diags: Diagnostics, detected: str, found: Any = None,
     ZeRO stage, the batch factors and the precision, which the plan follows: the plan is made
     once, from the settings as they finally are."""
     s = _resolve(n, detected, diags)
+    if s.hardware.platform != detected:  # compiled off the training machines: their paths are not here
+        disks = _elsewhere(disks, f"this machine is {detected}, the target {s.hardware.platform}")
     explicit = n.explicit
     platform = s.hardware.platform
     ds_on = deepspeed_requested(s)
@@ -95,12 +97,6 @@ def check(n: Normalised, diags: Diagnostics, detected: str, found: Any = None,
     if s.training.max_steps == 0 and s.training.num_epochs == 0:
         diags.error(K.TRAINING_NUM_EPOCHS, "both training.max_steps and training.num_epochs are 0: nothing would train",
                     "set max_steps (max_train_steps) or num_epochs")
-
-    # -- LoRA -------------------------------------------------------------------------
-    if s.model.type == "lora" and ds_on:
-        diags.error(K.MODEL_TYPE, "LoRA is not supported with DeepSpeed: DeepSpeed changes the model saving "
-                    "routines, so adapters would not be saved correctly",
-                    "use FSDP2 (fsdp.enabled = true, fsdp.version = 2) for LoRA, or model.type = \"full\"")
 
     check_runtime_keys(s, platform, diags)  # trackers, LoRA targets, QLoRA
 
@@ -189,6 +185,14 @@ def check(n: Normalised, diags: Diagnostics, detected: str, found: Any = None,
         need = nvme_bytes(s, Strategy.zero(s.deepspeed.zero_stage), world, rph, platform, found)
         ds_cfg, s = deepspeed_config.build(s, dp, explicit, diags, disks, need)
     return Checked(freeze(s), _plan(s, ds_on, world, rph, dp, platform), ds_cfg)
+
+
+def _elsewhere(disks: Callable[[str], Any], why: str) -> Callable[[str], Any]:
+    """`disks`, each measured directory marked as measured off the training machines."""
+    def measured(text: str) -> Any:
+        disk = disks(text)
+        return replace(disk, elsewhere=why) if disk is not None else None
+    return measured
 
 
 def _resolve(n: Normalised, platform: str, diags: Diagnostics) -> Settings:

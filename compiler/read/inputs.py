@@ -50,6 +50,9 @@ class DiskFacts:
     is_dir: bool = False
     writable: bool = False
     free_bytes: int = 0
+    elsewhere: str = ""
+    """Set by the rules stage when this machine is not a training machine (the target platform
+    the settings state is not this one's): why a missing directory here is not an error."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,8 @@ class ModelFacts:
     config_file: str | None = None
     config: FileRead | None = None
     """The model's ``config.json`` (for the analytic parameter count)."""
+    near: tuple[str, ...] = ()
+    """For a local path that is not there: the closest names of folders beside it (a typo's fix)."""
 
 
 def model_key(path: str, family: str, flavour: str) -> tuple[str, str, str]:
@@ -144,10 +149,23 @@ def find_model(path: str, family: str, flavour: str, base_dir: Path | None) -> M
     detection = block_cache.find(location, family, flavour)
     local = packaged or (None if builtin else Path(location))
     cfg_file = block_cache.model_config_file(packaged or location, flavour) if (packaged or not builtin) else None
-    return ModelFacts(location=location, exists=local is not None and Path(local).exists(),
+    exists = local is not None and Path(local).exists()
+    return ModelFacts(location=location, exists=exists, near=() if exists or builtin else _near(Path(location)),
                       packaged=str(packaged) if packaged is not None else None, detection=detection,
                       config_file=str(cfg_file) if cfg_file is not None else None,
                       config=read_file(str(cfg_file), None, "model config") if cfg_file is not None else None)
+
+
+def _near(path: Path) -> tuple[str, ...]:
+    """Folders beside a missing `path` whose names are close to its own (at most 3)."""
+    import difflib
+    from itertools import islice
+
+    try:
+        names = [p.name for p in islice(path.parent.iterdir(), 5000) if p.is_dir()]
+    except OSError:
+        return ()
+    return tuple(difflib.get_close_matches(path.name, names, n=3, cutoff=0.75))
 
 
 def detected_platform(facts: HardwareFacts | None, stated: bool) -> str:

@@ -20,6 +20,7 @@ CHECKS: dict[str, tuple[str, str]] = {
     "script": ("launch", "the training script (or module) exists on every machine"),
     "model-path": ("launch", "model.path exists on every machine"),
     "data-path": ("launch", "data.path and data.validation_path exist on every machine"),
+    "nvme-path": ("launch", "deepspeed.nvme_path is a writable directory on every machine (NVMe offload)"),
     "output": ("launch", "the output directory is writable"),
     "disk": ("launch", "free disk at the output for one checkpoint (from the estimate)"),
     "host-ram": ("launch", "available host RAM for the plan (from the estimate)"),

@@ -148,6 +148,9 @@ def machine_facts(build_dir: Path, target: list[str] | None, machine: int) -> di
             paths[f"data.{key}"] = value
     facts["paths"] = {k: {"path": str(_resolve(arts, v)), "exists": _resolve(arts, v).exists()}
                       for k, v in paths.items()}
+    nvme = {s.deepspeed.nvme_path} if "nvme" in (s.deepspeed.offload_optimizer, s.deepspeed.offload_param) else set()
+    # a path that belongs to the training machines: the compile elsewhere only noted it (issue 37)
+    facts["nvme"] = {str(_resolve(arts, v)): _nvme_problem(_resolve(arts, v)) for v in sorted(nvme) if v}
     out = arts.output_dir
     facts["output"] = {"dir": str(out), "problem": _writable(out)}
     existing = next((p for p in [out, *out.parents] if p.exists()), None)
@@ -162,6 +165,11 @@ def machine_facts(build_dir: Path, target: list[str] | None, machine: int) -> di
     if arts.plan.platform in ("cuda", "rocm"):
         facts["gpus"] = _gpu_facts()
     return facts
+
+
+def _nvme_problem(d: Path) -> str:
+    """'' when `d` is an existing directory a file can be created in, else why not."""
+    return f"{d} does not exist or is not a directory" if not d.is_dir() else _writable(d)
 
 
 def _resolve(arts, value: str) -> Path:
@@ -214,6 +222,10 @@ def local_findings(f: dict[str, Any], arts) -> list[Finding]:
                    fault(check, m, f"{key} {p['path']} does not exist",
                          f"copy it to {p['path']} on this machine or set {key} to where it is, then recompile"))
     o = f["output"]
+    for path, problem in (f.get("nvme") or {}).items():
+        out.append(fault("nvme-path", m, f"deepspeed.nvme_path: {problem}",
+                         f"create it (mkdir -p {path}) on a fast local disk of this machine") if problem
+                   else ok("nvme-path", m, f"deepspeed.nvme_path {path} writable"))
     out.append(fault("output", m, f"cannot write the output directory: {o['problem']}",
                      "make output.dir writable on this machine or point it elsewhere, then recompile")
                if o["problem"] else ok("output", m, f"{o['dir']} writable"))

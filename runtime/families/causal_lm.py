@@ -257,21 +257,37 @@ class CausalLMFamily(Family):
         return model(**inputs, num_items_in_batch=_items_per_rank(batch["labels"])).loss
 
     # -- export ---------------------------------------------------------------------
-    def export(self, state_dict, out_dir: Path) -> None:
+    def _meta_model(self):
         import torch
         from transformers import AutoModelForCausalLM
 
-        out_dir.mkdir(parents=True, exist_ok=True)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(self.config())
-        if self.settings.model.type == "lora":
-            model = self._lora(model)
+        return self._lora(model) if self.settings.model.type == "lora" else model
+
+    def export_streamed(self, source, out_dir: Path, max_shard_size) -> bool:
+        """`export`'s files written shard by shard from a checkpoint's `Source` (never the whole
+        model in memory); False when transformers' save of this model cannot be streamed."""
+        from ..export_shards import write_streamed
+
+        if not write_streamed(self._meta_model(), source, out_dir, max_shard_size):
+            return False
+        self.tokenizer().save_pretrained(str(out_dir))
+        return True
+
+    def export(self, state_dict, out_dir: Path) -> None:
+        from ..export_shards import DEFAULT_MAX_SHARD
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        model = self._meta_model()
         state_dict = {k: v.detach().to("cpu").contiguous() for k, v in state_dict.items()}
         missing, unexpected = model.load_state_dict(state_dict, strict=False, assign=True)
         missing = [k for k in missing if "rotary_emb" not in k]
         if unexpected or missing:
             raise FamilyError(f"checkpoint does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
         if self.settings.model.type == "lora":
+            # The unmerged adapter too (PEFT's own files): PeftModel.from_pretrained(base, DIR/adapter).
+            model.save_pretrained(str(out_dir / "adapter"), safe_serialization=True)
             model = model.merge_and_unload()
         # Non-persistent buffers (rotary frequencies) are still on meta: recompute on CPU.
         for _name, mod in model.named_modules():
@@ -280,5 +296,6 @@ class CausalLMFamily(Family):
                 if inv_freq is not None:
                     mod.register_buffer("inv_freq", inv_freq, persistent=False)
                     mod.original_inv_freq = inv_freq
-        model.save_pretrained(str(out_dir), state_dict=model.state_dict(), safe_serialization=True)
+        model.save_pretrained(str(out_dir), state_dict=model.state_dict(), safe_serialization=True,
+                              max_shard_size=self.ctx.extra.get("max_shard_size", DEFAULT_MAX_SHARD))
         self.tokenizer().save_pretrained(str(out_dir))

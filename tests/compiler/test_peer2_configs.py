@@ -50,12 +50,9 @@ WORLD = 8
 
 #: Reviewed: file -> the reason it is not equivalent (asserted: `tuner import` exits 1 with it,
 #: the import refused or the imported settings refused by the compile).
-_LORA_DS = "LoRA is not supported with DeepSpeed"
 NOT_EQUIVALENT: dict[str, str] = {
-    # tuner's rule (DeepSpeed's saving routines do not save adapters through tuner run); axolotl
-    # and LLaMA-Factory save PEFT adapters themselves
-    "axolotl-ai-cloud__axolotl/examples/jamba/qlora_deepspeed.yaml": _LORA_DS,
-    "hiyouga__LLaMA-Factory/examples/train_lora/qwen3_lora_sft_ds3.yaml": _LORA_DS,
+    # LoRA under DeepSpeed trains (issue 34 item 8): axolotl's jamba/qlora_deepspeed.yaml and
+    # LLaMA-Factory's train_lora/qwen3_lora_sft_ds3.yaml, refused before, are judged like the rest.
     # keys that change what is trained and that tuner cannot train (issue 34 item 3): refused by name
     "axolotl-ai-cloud__axolotl/examples/archived/tiny-llama/lora.yml": "load_in_8bit = True is LoRA on an 8-bit base",
     "axolotl-ai-cloud__axolotl/examples/mistral/bigstral/bigstral-ds-zero3.yaml": "unfrozen_parameters",

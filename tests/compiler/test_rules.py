@@ -61,9 +61,13 @@ def test_fsdp_v1_is_deprecated_but_works():
     assert "fsdp_use_orig_params: true" in r.accelerate_yaml
 
 
-def test_lora_with_deepspeed_is_refused_and_with_fsdp2_is_fine():
-    r = compile_("model_type = 'lora'\n[deepspeed]\nenabled = true\n")
-    assert any("LoRA is not supported with DeepSpeed" in e for e in errors(r))
+@pytest.mark.parametrize("stage", [2, 3])
+def test_lora_compiles_with_deepspeed_and_with_fsdp2(stage):
+    """LoRA under ZeRO-2/3 trains and saves its adapters (tests/runtime/test_lora_deepspeed.py):
+    the compile no longer refuses it."""
+    r = compile_(f"model_type = 'lora'\nnum_processes = 2\n[deepspeed]\nenabled = true\nzero_stage = {stage}\n")
+    assert r.ok and not any("LoRA" in e for e in errors(r)), errors(r)
+    assert r.plan.strategy == f"zero{stage}"
     assert compile_("model_type = 'lora'\nfsdp_enable = true\nnum_processes = 2\n").ok
 
 
@@ -169,14 +173,31 @@ def test_auto_and_unset_stay_accelerates_and_deepspeeds():
     assert bare.plan.strategy == "zero0"
 
 
-def test_nvme_path_must_exist(tmp_path):
+def test_nvme_path_must_exist(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNER_PLATFORM", "cuda")  # compiled on a training machine (a CUDA one, as the target)
     r = compile_("platform='cuda'\n[deepspeed]\nenabled = true\nzero_stage = 3\noffload_param = 'nvme'\n"
                  f"nvme_path = '{tmp_path / 'missing'}'\n")
     (err,) = [d for d in r.diagnostics.errors if d.key == "deepspeed.nvme_path"]
     assert "does not exist" in err.message and "mkdir -p" in err.fix
 
 
-def test_nvme_path_must_be_a_directory(tmp_path):
+def test_nvme_path_off_the_training_machine_is_a_note_for_tuner_check(tmp_path, monkeypatch):
+    """Issue 37 item 5: compiled on a CPU laptop / login node for CUDA machines, a cluster
+    path that is not here is a note, not an error; on the target itself it stays an error."""
+    monkeypatch.setenv("TUNER_PLATFORM", "cpu")
+    text = ("platform='cuda'\n[deepspeed]\nenabled = true\nzero_stage = 3\noffload_param = 'nvme'\n"
+            f"nvme_path = '{tmp_path / 'scratch' / 'nvme'}'\n")
+    r = compile_(text)
+    assert r.ok, errors(r)
+    (note,) = {d.message: d for d in r.diagnostics.items if d.key == "deepspeed.nvme_path"}.values()
+    assert note.severity == "note" and "this machine is cpu, the target cuda" in note.message
+    assert "tuner check" in note.fix
+    monkeypatch.setenv("TUNER_PLATFORM", "cuda")
+    assert any("does not exist" in e for e in errors(compile_(text)))
+
+
+def test_nvme_path_must_be_a_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNER_PLATFORM", "cuda")
     f = tmp_path / "file"
     f.write_text("x")
     r = compile_(f"platform='cuda'\n[deepspeed]\nenabled = true\nzero_stage = 3\noffload_param = 'nvme'\nnvme_path = '{f}'\n")

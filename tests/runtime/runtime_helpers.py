@@ -16,7 +16,6 @@ from pathlib import Path
 from tests.run_result import Run
 from tests.runtime.trace_callbacks import TRACE
 
-
 ROWS = 64  # about: 36 documents pack into ~64 rows
 SEQ = 32
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 from tuner.runtime import callbacks
 from tuner.runtime.artefacts import RunError
 from tuner.runtime.callbacks import Callbacks, TrainerCallback

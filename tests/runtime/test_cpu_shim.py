@@ -9,10 +9,10 @@ own shared state); nothing of accelerate is mocked.
 from __future__ import annotations
 
 import pytest
-
-from tests.one_rank_group import one_rank_group
 from tuner.runtime import cpu_shim
 from tuner.runtime.artefacts import RunError
+
+from tests.one_rank_group import one_rank_group
 
 
 @pytest.mark.parametrize("version", ["1.15.0", "1.15.3"])

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from runtime_helpers import assert_ok, merged, to_toml, tuner_env, tuner_run, write_data
+
 from tests.runtime.trace_callbacks import SLOW_SAVE
 
 pytestmark = pytest.mark.slow

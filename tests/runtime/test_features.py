@@ -7,7 +7,6 @@ import re
 
 import pytest
 import torch
-
 from runtime_helpers import assert_ok, merged, tuner_run
 from test_strategies import LOGITS_ATOL, _rows_tensor
 
@@ -23,6 +22,7 @@ def lora_run(runtime_tmp):
         model={"type": "lora", "lora_rank": 8, "lora_alpha": 32, "lora_target_modules": ALL_LINEAR},
         fsdp=FSDP2,
         training={"gradient_checkpointing": True, "learning_rate": 0.05, "max_steps": 20},
+        checkpoint={"state_dict_type": "full"},  # a full save: every rank's adapter shard gathered
     )
     run = tuner_run(runtime_tmp / "lora-gc", settings)
     assert_ok(run)
@@ -61,6 +61,36 @@ def test_lora_export_is_merged(lora_run):
     with torch.no_grad():
         logits = model(input_ids=_rows_tensor(lora_run.dir)[:2]).logits[:, :4, :8]
     torch.testing.assert_close(logits, torch.tensor(lora_run.traces[0]["logits"]), atol=LOGITS_ATOL, rtol=1e-4)
+
+
+def test_full_save_under_fsdp2_keeps_every_ranks_adapter_shard(lora_run, tmp_path):
+    """A full state-dict save under FSDP2 holds each LoRA tensor whole: lora_B starts at zero and
+    FSDP2 shards it along dim 0, so a save that kept only rank 0's shard (a known peer bug) would
+    leave the second half zero or the tensor short. `tuner checkpoint export` of that checkpoint
+    writes the same unmerged adapter as the run's own export (gathered live by accelerate)."""
+    import subprocess
+    import sys
+
+    from runtime_helpers import tuner_env
+    from safetensors.torch import load_file
+
+    step = lora_run.out / "checkpoints" / "step-20"
+    saved = torch.load(step / "pytorch_model_fsdp.bin", map_location="cpu", weights_only=True)
+    b_mats = {k: v for k, v in saved.items() if "lora_B" in k}
+    assert len(b_mats) == 2 * len(ALL_LINEAR), sorted(b_mats)
+    for name, b in b_mats.items():
+        assert b.shape[1] == 8 and b.shape[0] in (32, 64, 128), (name, tuple(b.shape))
+        half = b.shape[0] // 2
+        assert b[:half].abs().sum() > 0 and b[half:].abs().sum() > 0, f"{name}: rank 1's shard is missing"
+    out = tmp_path / "export"
+    proc = subprocess.run([sys.executable, "-m", "tuner", "checkpoint", "export", str(step), "--out", str(out)],
+                          capture_output=True, text=True, env=tuner_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ours = load_file(str(out / "adapter" / "adapter_model.safetensors"))
+    final = load_file(str(lora_run.out / "final" / "adapter" / "adapter_model.safetensors"))
+    assert sorted(ours) == sorted(final) and len(ours) == 4 * len(ALL_LINEAR)
+    for k in ours:
+        torch.testing.assert_close(ours[k], final[k], atol=0, rtol=0, msg=k)
 
 
 def test_bf16_with_gradient_checkpointing_trains_and_exports(bf16_run):

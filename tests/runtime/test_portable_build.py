@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from runtime_helpers import merged, to_toml, tuner_env, write_data
 
 TINY_DS = merged(hardware={"num_processes": 1}, deepspeed={"enabled": True, "zero_stage": 1},

@@ -10,6 +10,7 @@ from tuner.compiler.plan.strategy import Strategy
 from tuner.runtime import checkpoint as ck
 from tuner.runtime.artefacts import RunError
 from tuner.runtime.maintenance import clear_offload_cache, stale_but_kept
+from tuner.runtime.resume_rules import Layout, check_compatible
 
 
 def _complete(d, step):
@@ -56,24 +57,71 @@ def test_resolve_resume(tmp_path):
 
 
 @pytest.mark.parametrize("then,now,sdt,world,fragment", [
-    ("zero2", "fsdp2", "sharded", 2, "with DeepSpeed"),
-    ("fsdp2", "zero3", "deepspeed", 2, "without DeepSpeed"),
-    ("fsdp2", "ddp", "full", 2, "written with fsdp2"),
-    ("ddp", "fsdp2", "sharded", 2, "written with ddp"),
-    ("fsdp2", "fsdp2", "full", 2, "sharded state dict"),
-    ("fsdp2", "fsdp2", "sharded", 4, "written by 2 ranks"),
+    ("fsdp2", "zero2", "deepspeed", 2, "but not into DeepSpeed's zero2 engine"),
+    ("ddp", "zero2", "deepspeed", 2, "but not into DeepSpeed's zero2 engine"),
+    ("zero2", "fsdp1", "sharded", 2, "with DeepSpeed"),
+    ("fsdp1", "fsdp2", "sharded", 2, "written with fsdp1"),
+    ("fsdp1", "fsdp1", "sharded", 4, "fsdp1 resumes only at the same world size"),
 ])
 def test_incompatible_resume_is_refused_with_a_way_out(then, now, sdt, world, fragment, tmp_path):
     meta = ck.CheckpointMeta(step=5, strategy=then, state_dict_type="deepspeed" if then.startswith("zero") else
-                             ("sharded" if then.startswith("fsdp") else "full"), world_size=2)
+                             ("sharded" if then.startswith("fsdp") else "full"), world_size=2,
+                             micro_batch_size=4, gradient_accumulation_steps=1)
     with pytest.raises(RunError) as e:
-        ck.check_compatible(meta, Strategy(now), sdt, world, tmp_path)
+        check_compatible(meta, Strategy(now), sdt, Layout(4 * 2 // world, 1, world), tmp_path)
     assert fragment in e.value.message and "tuner checkpoint export" in e.value.message
+
+
+@pytest.mark.parametrize("then,now,sdt", [("zero2", "fsdp2", "sharded"), ("zero3", "ddp", "full"),
+                                          ("fsdp2", "ddp", "full"), ("ddp", "fsdp2", "sharded"),
+                                          ("fsdp2", "fsdp2", "full"), ("fsdp2", "zero3", "deepspeed")])
+def test_another_backend_is_carried_through_the_portable_form(then, now, sdt, tmp_path):
+    from tuner.runtime.resume_rules import carried_across
+
+    kind = "deepspeed" if then.startswith("zero") else ("sharded" if then.startswith("fsdp") else "full")
+    meta = ck.CheckpointMeta(step=5, strategy=then, state_dict_type=kind, world_size=2,
+                             micro_batch_size=4, gradient_accumulation_steps=1)
+    assert check_compatible(meta, Strategy(now), sdt, Layout(4, 1, 2), tmp_path) == ""
+    assert carried_across(meta, Strategy(now), sdt)
+    assert not carried_across(meta, Strategy(then), kind)
 
 
 def test_compatible_resume_passes(tmp_path):
     meta = ck.CheckpointMeta(step=5, strategy="zero2", state_dict_type="deepspeed", world_size=2)
-    ck.check_compatible(meta, Strategy.ZERO2, "deepspeed", 2, tmp_path)
+    assert check_compatible(meta, Strategy.ZERO2, "deepspeed", Layout(4, 1, 2), tmp_path) == ""
+
+
+def test_world_size_change_keeps_the_global_batch(tmp_path):
+    """FSDP2 4 -> 2 ranks: allowed when micro x accumulation x ranks stays 8, and the data
+    position (micro-batches per rank) is carried into the new layout: 3 batches of 2 on 4
+    ranks = 24 samples = 6 batches of 2 on 2 ranks."""
+    from tuner.runtime.resume_rules import batches_to_skip
+
+    meta = ck.CheckpointMeta(step=3, strategy="fsdp2", state_dict_type="sharded", world_size=4,
+                             batches_in_epoch=3, micro_batch_size=2, gradient_accumulation_steps=1)
+    kept = check_compatible(meta, Strategy.FSDP2, "sharded", Layout(2, 2, 2), tmp_path)
+    assert "global batch kept" in kept
+    assert batches_to_skip(meta, Layout(2, 2, 2)) == (6, 0)
+    assert batches_to_skip(meta, Layout(4, 1, 2)) == (3, 0)
+    assert batches_to_skip(meta, Layout(1, 1, 8)) == (3, 0)
+
+
+@pytest.mark.parametrize("world,micro,accum,fix", [
+    (2, 2, 1, "training.micro_batch_size = 4, or training.gradient_accumulation_steps = 2"),
+    (3, 2, 1, "no micro batch and accumulation on 3 ranks make 8: run on a world size that divides it (1, 2, 4, 8)"),
+    (8, 2, 2, "training.micro_batch_size = 1 with training.gradient_accumulation_steps = 1"),
+])
+def test_world_size_that_cannot_keep_the_global_batch_is_refused_naming_the_fix(world, micro, accum, fix, tmp_path):
+    meta = ck.CheckpointMeta(step=3, strategy="fsdp2", state_dict_type="sharded", world_size=4,
+                             batches_in_epoch=3, micro_batch_size=2, gradient_accumulation_steps=1)
+    with pytest.raises(RunError) as e:
+        check_compatible(meta, Strategy.FSDP2, "sharded", Layout(micro, accum, world), tmp_path)
+    assert "global batch 8" in e.value.message and fix in e.value.message, e.value.message
+    assert "--new-global-batch" in e.value.message
+    # the explicit opt-in continues, saying how the schedule and the data position were carried
+    note = check_compatible(meta, Strategy.FSDP2, "sharded", Layout(micro, accum, world), tmp_path,
+                            new_global_batch=True)
+    assert "LR schedule continue from step 3" in note and "24 already trained" in note
 
 
 def test_clear_offload_cache_removes_only_deepspeed_swap_dirs(tmp_path):
@@ -117,3 +165,41 @@ def test_missing_build_dir_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tuner", "checkpoint", "export", str(tmp_path), "--out",
                         str(tmp_path / "x")], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_cli_refuses_a_world_that_cannot_keep_the_global_batch_before_any_rank(tmp_path, capsys):
+    """`tuner run settings.toml --resume CKPT` on 3 ranks, for a checkpoint written by 4 ranks at
+    global batch 8: refused by the launcher (in this process, no rank started, nothing written
+    to the output directory), naming the settings that keep the batch; exit 2, no traceback."""
+    import json
+
+    from tuner.commands.cli import main
+
+    from tests.runtime.runtime_helpers import merged, to_toml, write_data
+
+    step = tmp_path / "old" / "checkpoints" / "step-4"
+    (step / "pytorch_model_fsdp_0").mkdir(parents=True)
+    (step / "pytorch_model_fsdp_0" / ".metadata").write_bytes(b"x")
+    (step / "pytorch_model_fsdp_0" / "__0_0.distcp").write_bytes(b"x")
+    (step / ck.META).write_text(ck.CheckpointMeta(step=4, strategy="fsdp2", state_dict_type="sharded", world_size=4,
+                                                  batches_in_epoch=4, micro_batch_size=2,
+                                                  gradient_accumulation_steps=1).to_json())
+    write_data(tmp_path)
+    fsdp = {"enabled": True, "version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}
+    settings = merged(fsdp=fsdp, hardware={"platform": "cpu", "num_processes": 3},
+                      training={"micro_batch_size": 2, "max_steps": 8})
+    (tmp_path / "settings.toml").write_text(to_toml(settings))
+    code = main(["run", str(tmp_path / "settings.toml"), "--resume", str(step)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "global batch 8 (micro_batch_size 2 x gradient_accumulation_steps 1 x 4 ranks)" in err
+    assert "run on a world size that divides it (1, 2, 4, 8)" in err and "--new-global-batch" in err
+    left = [p.name for p in (tmp_path / "out").iterdir()]
+    assert left == [".tuner-run.lock"], f"no rank started: only the launcher's lock in the output directory: {left}"
+    # 2 ranks at micro 2: the refusal names the accumulation (or micro batch) that keeps it
+    settings["hardware"]["num_processes"] = 2
+    (tmp_path / "settings.toml").write_text(to_toml(settings))
+    assert main(["run", str(tmp_path / "settings.toml"), "--resume", str(step)]) == 2
+    err = capsys.readouterr().err
+    assert "set training.micro_batch_size = 4, or training.gradient_accumulation_steps = 2" in err, err
+    assert json.loads((step / ck.META).read_text())["world_size"] == 4

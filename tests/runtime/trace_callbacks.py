@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from tuner.runtime.callbacks import TrainerCallback
 from tuner.runtime.memory import rank_state_bytes
 

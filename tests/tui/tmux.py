@@ -104,6 +104,35 @@ class Tmux:
     def kill(self) -> None:
         self("kill-server")
 
+    def wizard_pid(self) -> int:
+        """The wizard's process: the pane's shell's child."""
+        shell = self.display("#{pane_pid}")
+        for _ in range(100):
+            out = subprocess.run(["pgrep", "-P", shell], capture_output=True, text=True).stdout.split()
+            if out:
+                return int(out[0])
+            time.sleep(0.05)
+        raise AssertionError("the wizard's process was not found")
+
+
+def running(pid: int) -> bool:
+    """True while `pid` exists and has not exited (a zombie has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def seconds_to_exit(pid: int, limit: float) -> float | None:
+    """How long `pid` took to exit, polled every 10 ms; None if still running after `limit` s."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        if not running(pid):
+            return time.monotonic() - start
+        time.sleep(0.01)
+    return None
+
 
 def tuner_command(cwd: Path, args: str = "", tag: str = "WIZARD-EXIT") -> str:
     """The wizard, then its exit status printed, then a pause so the pane can be read."""

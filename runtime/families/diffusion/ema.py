@@ -84,17 +84,45 @@ class EMA:
             raise FamilyError(f"checkpoint {folder.parent} has no EMA state (training.ema was off when it was "
                               "written); turn training.ema off to resume it, or start a new run")
         meta = json.loads(meta_file.read_text())
-        if meta["sharded"] != self.sharded or (self.sharded and meta["world_size"] != world_size):
+        if meta["sharded"] != self.sharded:
             raise FamilyError(f"the EMA in {folder.parent} was saved {'sharded' if meta['sharded'] else 'whole'} "
                               f"over {meta['world_size']} rank(s); this run holds it "
                               f"{'sharded' if self.sharded else 'whole'} over {world_size}")
-        tensors = load_file(str(folder / f"rank{rank if self.sharded else 0}.safetensors"))
+        if self.sharded and meta["world_size"] != world_size:  # another world size: re-cut each shadow
+            tensors = self._resharded(folder, int(meta["world_size"]), rank, world_size)
+        else:
+            tensors = load_file(str(folder / f"rank{rank if self.sharded else 0}.safetensors"))
         for i, name in enumerate(self.names):
             if name not in tensors or tensors[name].shape != self.shadows[i].shape:
                 raise FamilyError(f"EMA state in {folder} does not match the model at {name!r}")
             self.shadows[i] = tensors[name].to(self.device)
         self.decay = float(meta["decay"])
         self.num_updates = int(meta["num_updates"])
+
+    def _resharded(self, folder: Path, saved_world: int, rank: int, world_size: int) -> dict[str, Any]:
+        """This rank's shadows cut from the shards `saved_world` ranks saved: each full shadow
+        joined in rank order (FSDP2's dim-0 chunks; ZeRO-3's padded flat partitions), then cut
+        the way this run shards the parameter."""
+        import torch
+        from safetensors.torch import load_file
+
+        parts = [load_file(str(folder / f"rank{r}.safetensors")) for r in range(saved_world)]
+        out = {}
+        for name, p in zip(self.names, self.params, strict=False):
+            if name not in parts[0]:
+                continue
+            if hasattr(p, "to_local"):
+                from torch.distributed.tensor import distribute_tensor
+
+                full = torch.cat([part[name] for part in parts])
+                out[name] = distribute_tensor(full.to(p.to_local().device), p.device_mesh, p.placements,
+                                              src_data_rank=None).to_local()
+            else:  # ZeRO-3: flat, padded to world x partition
+                flat = torch.cat([part[name].flatten() for part in parts])[: p.ds_numel]
+                n = p.ds_tensor.numel()
+                flat = torch.nn.functional.pad(flat, (0, max(0, n * world_size - flat.numel())))
+                out[name] = flat[rank * n:(rank + 1) * n].clone()
+        return out
 
     def full_state(self) -> dict[str, Any]:
         """Full (unsharded) CPU tensors, gathered across ranks. Collective: call on every rank."""

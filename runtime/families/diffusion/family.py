@@ -200,9 +200,11 @@ class DiffusionFamily(Family):
         square = kind_of(self.denoiser_config()["_class_name"]) == "dit"
         return ImageDataset(rows, self.settings.data.resolution, self._multiple(), table, square=square, **kw)
 
-    def batch_sampler(self, ds, micro_batch: int, world: int, accumulation: int, shuffle: bool):
-        """Every optimizer step's global batch from one bucket (`buckets`)."""
-        return BucketBatchSampler(ds.bucket_of, micro_batch, world, accumulation, self.ctx.seed, shuffle)
+    def batch_sampler(self, ds, training, world: int, shuffle: bool):
+        """Every optimizer step's global batch from one bucket (`buckets`); validation: one
+        accumulation step, unshuffled."""
+        accumulation = training.gradient_accumulation_steps if shuffle else 1
+        return BucketBatchSampler(ds.bucket_of, training.micro_batch_size, world, accumulation, self.ctx.seed, shuffle)
 
     def _read(self, path: str):
         """(rows, datasets table or None) of ``data.path`` or ``data.validation_path``;
