@@ -27,15 +27,20 @@ def missing_optimizer_package(name: str) -> str | None:
     return None
 
 
-def lr_schedule(kind: str, optimizer, warmup: int, total: int):
+def lr_schedule(kind: str, optimizer, warmup: int, total: int, training: Any = None):
     """The settings' LR schedule, built by transformers (`get_scheduler`: constant, linear,
     cosine, polynomial, constant_with_warmup, ...). tuner's "constant" has always warmed up
-    first when warmup_steps is set: that is transformers' "constant_with_warmup"."""
+    first when warmup_steps is set: that is transformers' "constant_with_warmup". The polynomial
+    schedule takes training.lr_end and training.lr_power (transformers' lr_end and power)."""
     from transformers import get_scheduler
 
     if kind == "constant" and warmup:
         kind = "constant_with_warmup"
-    return get_scheduler(kind, optimizer, num_warmup_steps=warmup, num_training_steps=max(1, total))
+    extra = None
+    if kind == "polynomial" and training is not None:
+        extra = {"lr_end": training.lr_end, "power": training.lr_power}
+    return get_scheduler(kind, optimizer, num_warmup_steps=warmup, num_training_steps=max(1, total),
+                         scheduler_specific_kwargs=extra)
 
 
 #: Devices with torch's fused Adam/AdamW kernels (torch.optim's ``fused=True``).
@@ -101,7 +106,7 @@ def optimizer_and_scheduler(params: list, training: Any, ds_cfg: dict, total_ste
     elif isinstance(opt, DummyOptim):
         # DeepSpeed builds the optimizer; it calls this with it to build the schedule.
         sched = DummyScheduler(opt, lr_scheduler_callable=lambda o: lr_schedule(
-            t.lr_scheduler, o, warmup, total_steps))
+            t.lr_scheduler, o, warmup, total_steps, t))
     else:
-        sched = lr_schedule(t.lr_scheduler, opt, warmup, total_steps)
+        sched = lr_schedule(t.lr_scheduler, opt, warmup, total_steps, t)
     return opt, sched

@@ -3,6 +3,7 @@ and the errors `tuner import` reports."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,10 @@ class Imported:
     validation...): listed in one note, not imported."""
     sources: list[str] = field(default_factory=list)
     formats: list[str] = field(default_factory=list)
+    finish: list[Callable[[Imported], None]] = field(default_factory=list)
+    """Run once every source is read: a reader's choice that depends on the other files
+    (SimpleTuner's value clipping is its default only without DeepSpeed, which an accelerate
+    YAML given after it may turn on)."""
 
     def set(self, path: str, value: Any, source: str) -> None:
         if path in self.values and self.values[path] != value:

@@ -39,6 +39,8 @@ def import_files(paths: list[Path]) -> Imported:
         out.sources.append(str(path))
         out.formats.append(fmt)
         READERS[fmt](data, path, out)
+    for finish in out.finish:
+        finish(out)
     for src, keys in out.not_distributed.items():
         out.remarks.append(f"{src}: {len(keys)} key(s) not about distributed training, not imported "
                            f"(listed at the end of the file): {', '.join(sorted(keys))}")

@@ -1,9 +1,10 @@
 """SimpleTuner's configs: the flat file (JSON or TOML, keys with or without ``--``) and the
 WebUI's saved file (``{"_metadata": {...}, "config": {"--key": value}}``).
 
-Keys that match a tuner setting (the seeds' flag names are tuner's aliases) are imported;
-the rest (data backends, captions, validation, hub, trackers...) are not about distributed
-training and are listed in one note.
+Keys that match a tuner setting (the seeds' flag names are tuner's aliases) are imported; what
+the file leaves unset is SimpleTuner's own default, and keys that change what SimpleTuner trains
+are each mapped, named in their own note, or refused (`simpletuner_meaning.py`). The rest (data
+backends' details, captions, validation, hub, trackers...) are listed in one note.
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ from typing import Any
 
 from ..keys import paths as K
 from ..keys.schema import index
+from . import simpletuner_meaning
 from .base import Imported
 
 #: SimpleTuner names that are not aliases of a key (the declared aliases, compiler/keys/sections/,
 #: are read as they are).
 NAMES = {
     "checkpoint_step_interval": K.CHECKPOINT_EVERY_STEPS,
+    "fsdp_cpu_offload": K.FSDP_OFFLOAD_PARAMS,  # field_registry/sections/advanced.py:1799: FSDP's CPU offload
+    # saves at the end of every N epochs, beside the step interval (simpletuner/helpers/training/trainer.py:5611-5615)
+    "checkpoint_epoch_interval": K.CHECKPOINT_EVERY_EPOCHS,
 }
 #: Keys that only a SimpleTuner config has: with one of them, a flat file is SimpleTuner's.
 HALLMARKS = {"model_family", "data_backend_config", "pretrained_model_name_or_path", "lora_type",
@@ -41,17 +46,26 @@ def matches(data: dict[str, Any]) -> bool:
     return bool(keys) and (all(k.startswith("--") for k in data) or bool(keys & HALLMARKS) or bool(sections))
 
 
+def _simpletuner_dialect(data: dict[str, Any]) -> bool:
+    """SimpleTuner's own file (its defaults apply), not tuner's sectioned layout read here too."""
+    keys = {k.lstrip("-").strip() for k in data}
+    return any(k.startswith("--") for k in data) or bool(keys & HALLMARKS)
+
+
 def read_webui(data: dict[str, Any], path: Path, out: Imported) -> None:
     out.remarks.append(f"{path.name}: a SimpleTuner WebUI file; its 'config' table is imported")
-    read(data["config"], path, out)
+    read(data["config"], path, out, webui=True)
 
 
-def read(data: dict[str, Any], path: Path, out: Imported) -> None:
+def read(data: dict[str, Any], path: Path, out: Imported, webui: bool = False) -> None:
     idx = index()
     src = path.name
+    dialect = webui or _simpletuner_dialect(data)
+    raw = {k.lstrip("-").strip(): v for k, v in data.items()}
     other: dict[str, Any] = {}
-    for raw_key, value in data.items():
-        key = raw_key.lstrip("-").strip()
+    for key, value in raw.items():
+        if dialect and key in simpletuner_meaning.OWN_MEANING:
+            continue  # SimpleTuner means something else than tuner's alias: simpletuner_meaning decides
         if key in NAMES:
             out.set(NAMES[key], value, src)
         elif key in idx.aliases:
@@ -66,16 +80,17 @@ def read(data: dict[str, Any], path: Path, out: Imported) -> None:
                     other[f"{key}.{sub}"] = subvalue
         else:
             other[key] = value
+    if dialect:
+        simpletuner_meaning.apply(raw, path, out, other)  # raises ImportRefused where tuner cannot train it
     if other:
         out.not_distributed.setdefault(src, {}).update(other)
     out.default(K.HARDWARE_PLATFORM, "cuda", src, "target platform cuda (a SimpleTuner GPU config); "
                 "set hardware.platform for another")
-    ds = str(out.values.get(K.DEEPSPEED_ENABLED, "")).lower() in ("true", "1") or K.DEEPSPEED_CONFIG in out.values
-    if not ds:  # SimpleTuner's own clipping defaults (its parser): each value, at 2.0; DeepSpeed clips itself
-        out.default(K.TRAINING_MAX_GRAD_NORM, 2.0, src, "no max_grad_norm: SimpleTuner's default 2.0 imported")
-        out.default(K.TRAINING_CLIP_METHOD, "value", src,
-                    "no grad_clip_method: SimpleTuner clips each gradient value by default; imported as 'value'")
-    _context_parallel(out, src)
+    if dialect:  # once every file is read: an accelerate YAML beside it may turn FSDP or DeepSpeed on
+        out.finish.append(lambda imported: simpletuner_meaning.finish(raw, src, imported))
+        out.finish.append(lambda imported: _context_parallel(imported, src))
+    else:
+        _context_parallel(out, src)
 
 
 def _context_parallel(out: Imported, src: str) -> None:

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..keys import paths as K
 from .per_rank import COMPARED, StrategyEstimate, base_strategy
 from .report import Estimate, fits, gib, label
 
 #: Rerun(strategy, machines, efficient_loading=None, checkpointing=None) -> estimate with fits set.
-CHECKPOINTING = "training.gradient_checkpointing"
+CHECKPOINTING = K.TRAINING_GRADIENT_CHECKPOINTING
 Rerun = Callable[..., StrategyEstimate]
 MAX_MACHINES = 4096
 SCALABLE = ("zero3", "fsdp2", "zero3+offload", "fsdp2+offload", "zero3+nvme")

@@ -1,4 +1,5 @@
-"""Rules for the keys only `tuner run` reads: trackers (``logging.*``) and LoRA targets / QLoRA
+"""Rules for the keys only `tuner run` reads: the polynomial schedule's end (``training.lr_end``), trackers
+(``logging.*``) and LoRA targets / QLoRA
 (``model.lora_target_modules``, ``model.base_precision = "nf4-bnb"``). Whether a tracker package or
 bitsandbytes is installed is checked by `tuner run` before any rank starts
 (runtime/extras.py); the compiler may run where neither is."""
@@ -49,6 +50,11 @@ def check_diffusion_objective(s: Settings, diags: Diagnostics) -> None:
 def check_runtime_keys(s: Settings, platform: str, diags: Diagnostics) -> None:
     if s.model.family == "diffusion":
         check_diffusion_objective(s, diags)
+    t = s.training
+    if t.lr_scheduler == "polynomial" and t.lr_end >= t.learning_rate:
+        # transformers' get_polynomial_decay_schedule_with_warmup raises this at the first step (so does SimpleTuner's)
+        diags.error(K.TRAINING_LR_END, f"the polynomial schedule decays from training.learning_rate ({t.learning_rate:g}) "
+                    f"to lr_end ({t.lr_end:g}); lr_end must be smaller", "set training.lr_end below the learning rate")
     unknown = [n for n in s.logging.log_with if n not in (*TRACKERS, "all")]
     if unknown:
         diags.error(K.LOGGING_LOG_WITH, f"unknown tracker(s) {', '.join(map(repr, unknown))}",

@@ -8,6 +8,7 @@ anything else is the script's own choice and is skipped, with the reason.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .findings import Finding, fault, ok, skipped
 
@@ -26,7 +27,7 @@ def schedule(arts, runs, own_trainer: bool) -> list[Finding]:
             return [skipped("lr", "all", "schedule not compared: the script's optimizer starts at "
                             f"{'no LR scheduler' if base is None else f'lr {base:.3g}'}, not a scheduler at the "
                             f"settings' learning_rate {t.learning_rate:.3g}")]
-    want = planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps, t.max_steps, len(run["lr"]))
+    want = planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps, t.max_steps, len(run["lr"]), t)
     if not _same(run["lr"], want):
         cause, fix = _cause(arts, run["lr"])
         return [fault("lr", "all", f"steps at lr {[float(f'{x:.4g}') for x in run['lr']]}; the settings' "
@@ -46,16 +47,16 @@ def _cause(arts, got: list[float]) -> tuple[str, str]:
     accum = t.gradient_accumulation_steps
     n = len(got)
     if t.lr_scheduler in FORMULAS:
-        if _same(got, planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps, t.max_steps, n + 1)[1:]):
+        if _same(got, planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps, t.max_steps, n + 1, t)[1:]):
             return ("the scheduler steps before the optimizer (scheduler.step() comes first), so every step runs at "
                     "the next step's lr", "call scheduler.step() after optimizer.step()")
         # r scheduler steps per optimizer step (from any start), or a schedule 1/r as long
         for r in dict.fromkeys(x for x in (world, accum, world * accum, 2, 3, 4, 8, 16) if x > 1):
-            every = planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps, t.max_steps, n * r + r)
+            every = planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps, t.max_steps, n * r + r, t)
             if any(_same(got, every[o::r][:n]) for o in range(r)):
                 return _speed_cause(r, world, accum)
         for k in (2, 3, 4, 8, 16):
-            if _same(got, planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps * k, t.max_steps * k, n)):
+            if _same(got, planned_lrs(t.lr_scheduler, t.learning_rate, t.warmup_steps * k, t.max_steps * k, n, t)):
                 return _speed_cause(1 / k, world, accum)
     return ("the script's scheduler does not follow the settings' schedule",
             "build the scheduler from the settings' lr_scheduler, warmup_steps and max_steps, and step it once per "
@@ -93,11 +94,12 @@ def _speed_cause(r: float, world: int, accum: int) -> tuple[str, str]:
 FORMULAS = ("constant", "constant_with_warmup", "linear", "cosine")
 
 
-def planned_lrs(kind: str, lr: float, warmup: int, total: int, n: int) -> list[float]:
+def planned_lrs(kind: str, lr: float, warmup: int, total: int, n: int, training: Any = None) -> list[float]:
     """The learning rate of optimizer steps 1..n under the settings' schedule
-    (runtime/optim.py: `lr_schedule`, tuner's "constant" warms up when warmup_steps is set)."""
+    (runtime/optim.py: `lr_schedule`, tuner's "constant" warms up when warmup_steps is set;
+    ``training`` gives polynomial its lr_end and lr_power)."""
     if kind not in FORMULAS:  # the rarer schedules: transformers' own code
-        return _lrs_from_transformers(kind, lr, warmup, total, n)
+        return _lrs_from_transformers(kind, lr, warmup, total, n, training)
     total = max(1, total)
     out = []
     for step in range(n):  # the scheduler's count when step + 1 runs
@@ -116,13 +118,13 @@ def planned_lrs(kind: str, lr: float, warmup: int, total: int, n: int) -> list[f
     return out
 
 
-def _lrs_from_transformers(kind: str, lr: float, warmup: int, total: int, n: int) -> list[float]:
+def _lrs_from_transformers(kind: str, lr: float, warmup: int, total: int, n: int, training: Any = None) -> list[float]:
     import torch
 
     from ..optim import lr_schedule
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
-    sched = lr_schedule(kind, opt, warmup, total)
+    sched = lr_schedule(kind, opt, warmup, total, training)
     out = []
     for _ in range(n):
         out.append(float(opt.param_groups[0]["lr"]))

@@ -108,7 +108,7 @@ def test_full_disk_compile_and_import_name_the_path(tiny_fs, tmp_path):
     code, out, err = tuner("compile", EXAMPLES / "zero1.toml", "--out", tiny_fs / "build")
     assert code == EXIT_USAGE and "No space left on device" in err and str(tiny_fs / "build") in err, err
     assert [p.name for p in (tiny_fs / "build").iterdir()] == []  # no temporary files
-    (tmp_path / "n.json").write_text('{"--num_processes": 2}')  # a SimpleTuner flat config
+    (tmp_path / "n.json").write_text('{"--num_processes": 2, "--model_family": "sdxl"}')  # a SimpleTuner flat config
     code, out, err = tuner("import", tmp_path / "n.json", "-o", tiny_fs / "settings.toml")
     assert code == EXIT_USAGE and "No space left on device" in err and str(tiny_fs) in err, err
     assert sorted(p.name for p in tiny_fs.iterdir()) == ["build", "filler"]

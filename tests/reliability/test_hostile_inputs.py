@@ -174,7 +174,8 @@ def test_cache_clear_with_a_file_as_cache_dir(tmp_path, monkeypatch):
 
 def test_import_nulls_non_utf8_integer_keys_and_a_directory(tmp_path):
     # a SimpleTuner flat config (`--` flags) with JSON nulls: TOML has no null, they are unset
-    (tmp_path / "n.json").write_text('{"--fsdp_version": null, "--num_processes": 2, "--deepspeed": null}')
+    (tmp_path / "n.json").write_text('{"--fsdp_version": null, "--num_processes": 2, "--deepspeed": null, '
+                                     '"--model_family": "sdxl"}')  # a family: its model is derived (issue 34)
     code, out, err = tuner("import", tmp_path / "n.json", "-o", tmp_path / "n.toml")
     assert code == EXIT_OK, err
     assert "num_processes = 2" in (tmp_path / "n.toml").read_text()

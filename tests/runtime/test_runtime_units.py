@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from tuner.compiler.plan.strategy import Strategy
@@ -165,6 +166,38 @@ def test_missing_build_dir_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tuner", "checkpoint", "export", str(tmp_path), "--out",
                         str(tmp_path / "x")], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_polynomial_is_simpletuners_polynomial():
+    """Issue 34: SimpleTuner's polynomial (bghira/SimpleTuner@bc8e6ab,
+    simpletuner/helpers/training/custom_schedule.py:102-155; power 0.8 and lr_end 4e-7 when unset) and
+    tuner's runtime schedule from the imported settings give the same learning rates."""
+    import torch
+    from tuner.compiler import compile_text
+    from tuner.compiler.formats.importer import import_files, to_toml
+    from tuner.runtime.optim import lr_schedule
+
+    data = Path(__file__).parents[1] / "compiler" / "data" / "simpletuner"
+    imp = import_files([data / "fsdp2-full.toml"])  # polynomial, lr_end and lr_power unset
+    t = compile_text(to_toml(imp), path=data / "settings.toml").settings.training
+    assert (t.lr_scheduler, t.lr_power, t.lr_end) == ("polynomial", 0.8, 4e-7)
+    lr, warmup, total = 1e-4, 3, 20  # the lr schedule's shape, not the file's learning rate
+
+    def simpletuner(step: int) -> float:  # custom_schedule.py:141-152, transcribed
+        if step < warmup:
+            return lr * step / max(1, warmup)
+        if step > total:
+            return t.lr_end
+        return (lr - t.lr_end) * (1 - (step - warmup) / (total - warmup)) ** t.lr_power + t.lr_end
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    sched = lr_schedule(t.lr_scheduler, opt, warmup, total, t)
+    ours = []
+    for _ in range(total + 2):
+        ours.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert ours == pytest.approx([simpletuner(s) for s in range(total + 2)], rel=1e-9, abs=1e-12)
 
 
 def test_cli_refuses_a_world_that_cannot_keep_the_global_batch_before_any_rank(tmp_path, capsys):

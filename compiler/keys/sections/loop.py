@@ -52,6 +52,12 @@ class TrainingSettings:
                  "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay"),
         order=7,
         help="LR schedule (transformers.get_scheduler's names).")
+    lr_end: float = setting(
+        1e-7, aliases=("lr_end",), minimum=0,
+        help="The polynomial schedule's final learning rate (transformers' lr_end; SimpleTuner's lr_end).")
+    lr_power: float = setting(
+        1.0, aliases=("lr_power",), exclusive_minimum=0,
+        help="The polynomial schedule's power (transformers' power: 1.0 is linear; SimpleTuner's default is 0.8).")
     warmup_steps: int = setting(
         0, aliases=("lr_warmup_steps", "warmup_steps"), minimum=0, order=5,
         help="Linear warmup steps.")
