@@ -7,6 +7,9 @@ highlighted on a terminal, masked ones dim; ``[...]`` around trained text otherw
 ``--json`` the rows' ``input_ids``, ``labels`` and ``position_ids``. The data goes through the
 same pipeline (and cache) as `tuner run`. Exit 0, 1 (settings do not compile), 2 (data in
 the wrong shape, named with file, row and fix).
+
+For a diffusion model (`data_diffusion`): the images, their aspect buckets and the latent and
+text-embedding cache's state (built, stale, missing entries), without building it.
 """
 
 from __future__ import annotations
@@ -30,8 +33,12 @@ def run(args) -> int:
         print(render_text(result.diagnostics.errors) or "the settings do not compile", file=sys.stderr)
         return EXIT_INVALID
     s = result.settings
+    if s.model.family == "diffusion":
+        from .data_diffusion import show
+
+        return show(s, inputs.project_dir, args.json)
     if s.model.family != "causal_lm":
-        print(f"tuner data: shows causal-LM rows; model.family is {s.model.family!r}", file=sys.stderr)
+        print(f"tuner data: shows causal-LM and diffusion data; model.family is {s.model.family!r}", file=sys.stderr)
         return EXIT_USAGE
     from ..runtime.families import FamilyError
     from ..runtime.families.base import FamilyContext

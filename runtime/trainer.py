@@ -146,13 +146,17 @@ class Trainer:
                                        self.world)
 
     def _batches_per_rank(self) -> int:
-        return len(self.train_ds) // (self.s.training.micro_batch_size * self.world)
+        sampler = self.fam.batch_sampler(self.train_ds, self.s.training, self.world, True)  # diffusion: buckets
+        n = len(sampler) if sampler is not None else len(self.train_ds) // self.s.training.micro_batch_size
+        return n // self.world
 
     def _loader(self, ds, shuffle: bool):
         from torch.utils.data import DataLoader
 
-        return DataLoader(ds, batch_size=self.s.training.micro_batch_size, shuffle=shuffle, drop_last=shuffle,
-                          collate_fn=self.fam.collate, num_workers=self.s.data.num_workers)
+        kw: dict[str, Any] = {"batch_sampler": self.fam.batch_sampler(ds, self.s.training, self.world, shuffle)}
+        if kw["batch_sampler"] is None:
+            kw = dict(batch_size=self.s.training.micro_batch_size, shuffle=shuffle, drop_last=shuffle)
+        return DataLoader(ds, collate_fn=self.fam.collate, num_workers=self.s.data.num_workers, **kw)
 
     def prepare(self) -> None:
         if getattr(self.train_ds, "streamed", False):  # each rank reads its own part (data_sources/stream.py)

@@ -15,7 +15,41 @@ from ..keys.settings import Settings
 QLORA_PRECISION = "nf4-bnb"
 
 
+#: Built-in diffusion models and flavours whose scheduler is flow matching (SD3, Flux, DiT) or DDPM.
+FLOW_MATCHING = ("tiny-sd3", "tiny-dit", "sd3", "flux", "transformer", "dit")
+DDPM = ("tiny-unet", "unet", "sdxl")
+
+
+def diffusion_scheduler(s: Settings) -> str:
+    """"flow", "ddpm" or "" (a model folder: its scheduler config decides, at run time)."""
+    path = s.model.path.strip()
+    name = path.split(":", 1)[1].strip() if path.startswith("builtin:") else ""
+    if not name and path != "builtin":
+        return ""
+    name = name or s.model.flavour.strip().lower() or "tiny-unet"
+    return "flow" if name in FLOW_MATCHING else "ddpm" if name in DDPM else ""
+
+
+def check_diffusion_objective(s: Settings, diags: Diagnostics) -> None:
+    """Min-SNR-gamma on a flow-matching model, flow settings on a DDPM one: refused with why."""
+    kind = diffusion_scheduler(s)
+    t = s.training
+    if kind == "flow" and t.snr_gamma > 0:
+        diags.error(K.TRAINING_SNR_GAMMA, "min-SNR-gamma weights epsilon / v-prediction losses by the noise level's "
+                    "signal-to-noise ratio; this model trains by flow matching (a velocity target), where that "
+                    "weighting does not apply", "remove training.snr_gamma (for flow matching, shape the timesteps "
+                    "with training.timestep_sampling and training.flow_shift)")
+    if kind == "ddpm":
+        for key, on in ((K.TRAINING_FLOW_SHIFT, t.flow_shift != 1.0), (K.TRAINING_FLOW_AUTO_SHIFT, t.flow_auto_shift),
+                        (K.TRAINING_TIMESTEP_SAMPLING, t.timestep_sampling != "uniform")):
+            if on:
+                diags.error(key, "this model's scheduler is DDPM (discrete timesteps); the key shapes flow-matching "
+                            "sigmas only", f"remove {key}, or train a flow-matching model (SD3, Flux)")
+
+
 def check_runtime_keys(s: Settings, platform: str, diags: Diagnostics) -> None:
+    if s.model.family == "diffusion":
+        check_diffusion_objective(s, diags)
     t = s.training
     if t.lr_scheduler == "polynomial" and t.lr_end >= t.learning_rate:
         # transformers' get_polynomial_decay_schedule_with_warmup raises this at the first step (so does SimpleTuner's)

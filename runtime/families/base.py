@@ -146,6 +146,13 @@ class Family:
 
         return torch.utils.data.default_collate(samples)
 
+    def batch_sampler(self, ds: Dataset, training: Any, world: int, shuffle: bool) -> Any:
+        """A batch sampler over `ds` (`training`: the ``[training]`` settings), all ranks
+        together (accelerate gives micro-batch ``i`` to rank ``i % world``), with
+        ``batch_size``, ``drop_last`` and ``len``; None (the default) lets the trainer batch
+        `ds` itself. ``shuffle`` is False for validation."""
+        return None
+
     def batch_units(self, batch: dict[str, torch.Tensor]) -> int:
         """How many `unit`s a batch holds (tokens for language models)."""
         first = next(iter(batch.values()))

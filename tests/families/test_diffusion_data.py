@@ -32,7 +32,8 @@ def _images(folder: Path) -> list[str]:
 
 def _family(tmp_path: Path, **data) -> DiffusionFamily:
     s = Settings.from_dict({"model": {"family": "diffusion", "path": "builtin:tiny-unet"},
-                            "data": {"validation_split": 0.0, "resolution": 32, **data}})
+                            "data": {"validation_split": 0.0, "resolution": 32, "cache_latents": False,
+                                                      **data}})
     return DiffusionFamily(FamilyContext(settings=s, base_dir=tmp_path))
 
 
@@ -53,6 +54,7 @@ def test_imagefolder_metadata_jsonl_gives_captions_and_buckets(tmp_path):
     shapes = [("wide" if buckets[b][0] > buckets[b][1] else "tall" if buckets[b][0] < buckets[b][1] else "square")
               for b in train.bucket_of]
     assert shapes == ["wide", "square", "tall", "wide"]
+    assert train.bucket_of[0] == train.bucket_of[3]
     batch = fam.collate([train[0], train[3]])
     w, h = buckets[train.bucket_of[0]]
     assert tuple(batch["pixel_values"].shape) == (2, 3, h, w)

@@ -81,3 +81,43 @@ def test_stable_diffusion_shaped_export_loads_as_stable_diffusion_pipeline(tmp_p
     torch.testing.assert_close(pipe.unet.state_dict()["conv_in.weight"], model.state_dict()["conv_in.weight"])
     images = pipe("a red square", num_inference_steps=1, guidance_scale=1.0, output_type="np").images
     assert images.shape == (1, 16, 16, 3)
+
+
+def test_lora_export_loads_with_diffusers_load_lora_weights_and_changes_the_output(tmp_path):
+    """A LoRA run's `final/lora/` is diffusers' format: the base model's StableDiffusionPipeline
+    takes it with `load_lora_weights`, and then samples what the merged export samples."""
+    from diffusers import AutoencoderKL, DDPMScheduler, StableDiffusionPipeline, UNet2DConditionModel
+    from transformers import AutoTokenizer, CLIPTextModel
+
+    sd = tmp_path / "sd"
+    _tiny_sd_folder(sd)
+    s = Settings.from_dict({"model": {"family": "diffusion", "path": "sd", "type": "lora", "lora_rank": 4,
+                                      "lora_alpha": 8}, "data": {"resolution": 16}})
+    fam = DiffusionFamily(FamilyContext(settings=s, base_dir=tmp_path))
+    torch.manual_seed(0)
+    model = fam.prepare_model(fam.build_model())
+    with torch.no_grad():  # a trained adapter: lora_B moved off its zero start
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    out = tmp_path / "final"
+    fam.export(model.state_dict(), out)
+    assert json.loads((out / "tuner_diffusion.json").read_text())["lora"] == "lora"
+    assert (out / "lora" / "pytorch_lora_weights.safetensors").is_file()
+
+    def sample(pipe):
+        return pipe("a red square", num_inference_steps=2, guidance_scale=1.0, height=16, width=16, output_type="np",
+                    generator=torch.Generator().manual_seed(0)).images
+
+    base = StableDiffusionPipeline(vae=AutoencoderKL.from_pretrained(sd / "vae"),
+                                   text_encoder=CLIPTextModel.from_pretrained(sd / "text_encoder"),
+                                   tokenizer=AutoTokenizer.from_pretrained(sd / "tokenizer"),
+                                   unet=UNet2DConditionModel.from_pretrained(sd / "unet"),
+                                   scheduler=DDPMScheduler.from_pretrained(sd / "scheduler"), safety_checker=None,
+                                   feature_extractor=None, requires_safety_checker=False)
+    before = sample(base)
+    base.load_lora_weights(str(out / "lora"))
+    after = sample(base)
+    assert abs(after - before).max() > 1e-3  # the adapter changes the images
+    merged = sample(StableDiffusionPipeline.from_pretrained(str(out)))
+    assert abs(after - merged).max() < 1e-3  # ...into what the merged export gives (rank and alpha kept)

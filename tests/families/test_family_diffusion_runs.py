@@ -1,10 +1,14 @@
 """Diffusion family on two real gloo ranks through `tuner run`: U-Net and transformer
 denoisers under FSDP2 and ZeRO-2, validation images, EMA saved per shard and restored on
-resume (a resumed run ends with the same EMA as an uninterrupted one)."""
+resume (a resumed run ends with the same EMA as an uninterrupted one); the latent and text
+cache built once across the ranks (each entry encoded by one rank, counted) and served to a
+later 1-rank build without encoding; every optimizer step's batch one aspect bucket on both
+ranks (the U-Net FSDP2 run trains at 32 px, where the bundled images make three buckets)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,7 +24,7 @@ COMMON = (f"training.max_steps={STEPS}", "training.validation_every=6", "checkpo
 ZERO2 = ("fsdp.enabled=false", "deepspeed.enabled=true", "deepspeed.zero_stage=2")
 FSDP2 = ("deepspeed.enabled=false", "fsdp.enabled=true", "fsdp.version=2", "fsdp.reshard_after_forward=true")
 CASES = {
-    "unet-fsdp2": ("diffusion_unet.toml", FSDP2),
+    "unet-fsdp2": ("diffusion_unet.toml", FSDP2 + ("data.resolution=32",)),
     "unet-zero2": ("diffusion_unet.toml", ZERO2),
     "dit-fsdp2": ("diffusion_dit.toml", FSDP2 + ("fsdp.auto_wrap_policy=none",)),
     "dit-zero2": ("diffusion_dit.toml", ZERO2),
@@ -30,7 +34,11 @@ CASES = {
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("diffusion")
-    return {name: run_example(example, root / name, *COMMON, *extra) for name, (example, extra) in CASES.items()}
+    (root / "unet-fsdp2").mkdir()  # the trace callback beside its settings (on the ranks' path)
+    shutil.copy(Path(__file__).with_name("diffusion_trace.py"), root / "unet-fsdp2" / "diffusion_trace.py")
+    trace = {"unet-fsdp2": ("--callback", "diffusion_trace:buckets")}
+    return {name: run_example(example, root / name, *COMMON, *extra, args=trace.get(name, ()))
+            for name, (example, extra) in CASES.items()}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -46,8 +54,9 @@ def test_trains_validates_and_exports(runs, name):
         assert len(pngs) >= 2 and (folder / "grid.png").is_file(), f"no validation images in {folder}"
     from PIL import Image
 
+    res = 32 if name == "unet-fsdp2" else 16
     with Image.open(pngs[0]) as im:
-        assert im.size == (16, 16) and im.mode == "RGB"
+        assert im.size == (res, res) and im.mode == "RGB"
     # validation ran on the sharded model and produced a finite loss
     assert all(v == v for v in [m["val_loss"] for m in run.metrics() if "val_loss" in m])
     # EMA saved with each checkpoint: per rank (FSDP2, sharded) or once (ZeRO-2, replicated)
@@ -114,3 +123,47 @@ def test_resume_restores_ema(runs, name, tmp_path):
     # the EMA moved away from the trained weights' start: it is not a fresh copy
     trained = getattr(diffusers, info["class_name"]).from_pretrained(str(final / info["denoiser"])).state_dict()
     assert any(not torch.equal(trained[k].float(), exported[k].float()) for k in saved)
+
+
+def test_cache_built_once_across_ranks_then_served_to_one_rank(runs):
+    """Each cache entry encoded by exactly one of the two ranks (the ledger counts them), the
+    encoders never on the training ranks after the build; then a 1-rank build of the same
+    settings finds the cache complete and encodes nothing."""
+    from tuner.compiler.keys.settings import Settings
+    from tuner.runtime.families.base import FamilyContext
+    from tuner.runtime.families.diffusion.family import DiffusionFamily
+
+    run = runs["unet-fsdp2"].check()
+    cache = run.out / "cache"
+    ledger = {r: [json.loads(x) for x in (cache / "ledger" / f"rank{r}.jsonl").read_text().splitlines()]
+              for r in (0, 1)}
+    keys = [(e["kind"], e["key"]) for r in (0, 1) for e in ledger[r]]
+    assert ledger[0] and ledger[1] and all(e["world"] == 2 for r in (0, 1) for e in ledger[r])
+    assert len(keys) == len(set(keys)), "an entry was encoded twice"
+    files = {(("latent" if p.parent.parent.name == "latents" else "text"), p.stem) for p in cache.rglob("*.pt")}
+    assert set(keys) == files
+    assert {k for k, _ in keys} == {"latent", "text"}
+    trace = [json.loads(x) for r in (0, 1) for x in (run.out / "bucket-trace" / f"rank{r}.jsonl").read_text().splitlines()]
+    assert trace and not any(t["encoders"] for t in trace)  # no VAE or text encoder in any training step
+    settings = Settings.from_dict({"model": {"family": "diffusion", "path": "builtin:tiny-unet"},
+                                   "data": {"path": "builtin", "resolution": 32, "validation_split": 0.1},
+                                   "output": {"dir": str(run.out)}})
+    fam = DiffusionFamily(FamilyContext(settings=settings, base_dir=run.dir, seed=settings.training.seed,
+                                        world_size=1))
+    fam.build_datasets()
+    assert fam.encoded == 0 and fam._cond is None
+    assert fam.cache.root == cache
+
+
+def test_every_step_batch_is_one_bucket_on_both_ranks(runs):
+    run = runs["unet-fsdp2"].check()
+    by_step: dict[int, set] = {}
+    per_rank = {0: 0, 1: 0}
+    for r in (0, 1):
+        for line in (run.out / "bucket-trace" / f"rank{r}.jsonl").read_text().splitlines():
+            t = json.loads(line)
+            by_step.setdefault(t["step"], set()).add(tuple(t["hw"]))
+            per_rank[r] += 1
+    assert sorted(by_step) == list(range(STEPS)) and per_rank == {0: STEPS, 1: STEPS}
+    assert all(len(sizes) == 1 for sizes in by_step.values()), by_step
+    assert len(set().union(*by_step.values())) == 3  # portrait, square and landscape buckets all trained

@@ -71,20 +71,22 @@ def test_scheduler_targets():
     for pred in ("epsilon", "v_prediction", "sample"):
         fam._scheduler = DDPMScheduler(prediction_type=pred)
         g = torch.Generator().manual_seed(0)
-        noisy, t, target = fam.noisy_inputs(x0, g)
+        noisy, t, target, _ = fam.noisy_inputs(x0, g)
         noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(0))
         expect = {"epsilon": noise, "sample": x0,
                   "v_prediction": fam._scheduler.get_velocity(x0, noise, t)}[pred]
         torch.testing.assert_close(target, expect)
     fam._scheduler = FlowMatchEulerDiscreteScheduler()
-    noisy, t, target = fam.noisy_inputs(x0, torch.Generator().manual_seed(0))
+    noisy, t, target, _ = fam.noisy_inputs(x0, torch.Generator().manual_seed(0))
     assert float(t.max()) <= 1000 and torch.allclose(target, (noisy - x0) / (t / 1000).view(-1, 1, 1, 1), atol=1e-4)
 
 
 def test_buckets_and_bundled_images():
     b = diffusion_data.bucket_sizes(32)
     assert (32, 32) in b and all(w % 8 == 0 and h % 8 == 0 for w, h in b)
-    assert diffusion_data.nearest_bucket((64, 48), b) == [i for i, (w, h) in enumerate(b) if w > h][0]
+    assert diffusion_data.bucket_for((64, 48), 32) == (40, 24)  # 4:3 at about 32² pixels (SimpleTuner's area)
+    assert diffusion_data.bucket_for((48, 64), 32) == (24, 40) and diffusion_data.bucket_for((50, 50), 32) == (32, 32)
+    assert diffusion_data.bucket_for((1000, 100), 32, 8) == (104, 8)  # a side never below one multiple
     rows = read_image_folder(diffusion_data.DATA_DIR)
     assert len(rows) >= 30 and all(r["caption"] for r in rows)
     size = sum(p.stat().st_size for p in diffusion_data.DATA_DIR.rglob("*") if p.is_file())

@@ -100,6 +100,29 @@ class TrainingSettings:
     ema_device: str = setting(
         "cpu", aliases=("ema_device",), choices=("cpu", "accelerator"),
         help="Where EMA shadows live (the seed's default is CPU).")
+    # -- issue 35: diffusion objectives (runtime/families/diffusion/objectives.py) ----------
+    flow_shift: float = setting(
+        1.0, aliases=("flow_schedule_shift",), minimum=0.01,
+        help="Diffusion, flow matching: the timestep shift (sigma -> shift*s/(1+(shift-1)*s)); SD3 trains at 3.0.")
+    flow_auto_shift: bool = setting(
+        False, aliases=("flow_schedule_auto_shift",),
+        help="Diffusion, flow matching: resolution-dependent shift (Flux's: larger buckets train noisier); "
+             "replaces flow_shift.")
+    timestep_sampling: str = setting(
+        "uniform", aliases=("flow_timestep_sampling",), choices=("uniform", "logit_normal"),
+        help="Diffusion, flow matching: how training sigmas are drawn: uniform, or logit_normal (SD3's).")
+    logit_mean: float = setting(
+        0.0, aliases=("flow_logit_mean",),
+        help="Diffusion: the mean of timestep_sampling = \"logit_normal\".")
+    logit_std: float = setting(
+        1.0, aliases=("flow_logit_std",), minimum=0.01,
+        help="Diffusion: the standard deviation of timestep_sampling = \"logit_normal\".")
+    snr_gamma: float = setting(
+        0.0, aliases=("snr_gamma",), minimum=0,
+        help="Diffusion, epsilon / v-prediction: min-SNR-gamma loss weighting (5.0 is usual; 0 off).")
+    noise_offset: float = setting(
+        0.0, aliases=("noise_offset",), minimum=0,
+        help="Diffusion: noise offset (a per-channel constant added to the noise; 0.05-0.1 is usual; 0 off).")
 
 
 @dataclass

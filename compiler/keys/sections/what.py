@@ -102,6 +102,15 @@ class DataSettings:
         0.0, aliases=("caption_dropout_probability", "caption_dropout"), minimum=0, maximum=1,
         help="Diffusion: probability that a training image's caption is replaced by an empty one (for "
              "classifier-free guidance); 1.0 trains without text.")
+    cache_latents: bool = setting(
+        True,
+        help="Diffusion: encode every image (VAE) and caption (text encoder) once before training, across the "
+             "ranks, into data.cache_dir; training reads the files and never loads the encoders. false encodes "
+             "on every step.")
+    cache_dir: str = setting(
+        "", aliases=("cache_dir",),
+        help="Diffusion: the latent and text-embedding cache folder; empty is OUTPUT_DIR/cache. Entries are "
+             "keyed by content (image, bucket, caption, encoder), so one folder serves many runs.")
     num_workers: int = setting(
         0, aliases=("dataloader_num_workers",), minimum=0,
         help="DataLoader worker processes.")

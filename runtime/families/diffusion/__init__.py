@@ -13,8 +13,12 @@
 * Loss: the scheduler decides: noise (epsilon), v-prediction or sample targets for
   DDPM-style schedulers; the velocity ``noise - x0`` for flow matching.
 * Data: an image folder (``*.png|jpg|jpeg|webp``), captions from ``captions.jsonl``
-  (``{"file", "caption", "label"?}``) or a ``.txt`` beside each image; each image goes to
-  the aspect bucket nearest its own, and a batch is resized to its majority bucket.
+  (``{"file", "caption", "label"?}``) or a ``.txt`` beside each image; each image trains at
+  its own aspect bucket (about ``data.resolution``² pixels), every optimizer step's global
+  batch from one bucket (`buckets`).
+* Cache (`cache`, `cached`): every image's latent and every caption's embedding encoded once
+  before training, split across the ranks, kept on disk under content keys; the training
+  step reads them and the VAE and text encoder are dropped.
 * EMA (`EMA`): shadows of the trainable parameters, kept on CPU by default, one per local
   shard (FSDP2 DTensor shard, ZeRO-3 partition) so it follows the sharding; saved with
   every checkpoint and restored on resume.
@@ -23,6 +27,7 @@
   (the sharded forward needs them all), rank 0 writes ``OUTPUT_DIR/validation/step-N/``.
 
 One module per concern: `denoiser` (configurations, the call, noise targets), `data`
-(image folders, aspect buckets), `ema`, `conditioning` (frozen text encoder and VAE),
+(image folders, aspect buckets), `buckets` (the batch sampler), `cache` / `cached` (the
+latent and text-embedding cache), `ema`, `conditioning` (frozen text encoder and VAE),
 `pipeline` (sampling), `family` (`DiffusionFamily`, what the trainer drives).
 """

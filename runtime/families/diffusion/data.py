@@ -1,11 +1,17 @@
-"""Diffusion data: aspect buckets, the training set (caption dropout) and loading a resized image.
+"""Diffusion data: aspect buckets derived from the images, the training set (caption dropout,
+cached latents and embeddings) and loading a resized image.
 
 Rows come from `sources` (``{"image", "caption", "label"}``; ``image`` is a file path, or an
 index into a `datasets` table).
+
+Buckets (SimpleTuner's "area" resolution type): an image of aspect ``w/h`` trains at the size
+of about ``data.resolution²`` pixels with that aspect, each side rounded to the model's
+multiple (`bucket_for`); the buckets of a data set are the distinct sizes its images give.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from pathlib import Path
@@ -14,43 +20,67 @@ from typing import Any
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "diffusion"
 
 
-def bucket_sizes(resolution: int, multiple: int = 8) -> list[tuple[int, int]]:
-    """(width, height) buckets of about resolution² pixels: portrait, square, landscape."""
-    out = []
-    for aspect in (4 / 3, 1.0, 3 / 4):  # height / width
-        w = max(multiple, round(resolution / math.sqrt(aspect) / multiple) * multiple)
-        h = max(multiple, round(resolution * math.sqrt(aspect) / multiple) * multiple)
-        out.append((w, h))
-    return out
-
-
-def nearest_bucket(size: tuple[int, int], buckets: list[tuple[int, int]]) -> int:
+def bucket_for(size: tuple[int, int], resolution: int, multiple: int = 8) -> tuple[int, int]:
+    """(width, height) of about ``resolution²`` pixels at the aspect of `size`, each a multiple
+    of `multiple` (at least one multiple)."""
     w, h = size
-    return min(range(len(buckets)), key=lambda i: abs(math.log((h / w) / (buckets[i][1] / buckets[i][0]))))
+    aspect = w / h
+    area = float(resolution) ** 2
+    bw = max(multiple, round(math.sqrt(area * aspect) / multiple) * multiple)
+    bh = max(multiple, round(math.sqrt(area / aspect) / multiple) * multiple)
+    return int(bw), int(bh)
+
+
+def bucket_sizes(resolution: int, multiple: int = 8) -> list[tuple[int, int]]:
+    """The buckets of portrait (3:4), square and landscape (4:3) images at `resolution`."""
+    return sorted({bucket_for(s, resolution, multiple) for s in ((3, 4), (1, 1), (4, 3))})
+
+
+def image_digest(src) -> str:
+    """sha256 of an image's bytes (a path, or a `datasets` ``{"bytes", "path"}`` value)."""
+    if isinstance(src, dict):
+        data = src.get("bytes") or Path(src["path"]).read_bytes()
+    else:
+        data = Path(src).read_bytes()
+    return hashlib.sha256(data).hexdigest()
 
 
 class ImageDataset:
-    """Images with captions; each item keeps its native size (collate buckets and resizes).
+    """Images with captions, each at its own bucket (``buckets[bucket_of[i]]``).
 
     ``table``: the `datasets` table that integer ``image`` values index (images undecoded).
     ``caption_dropout``: the probability that an item's caption is replaced by "" (the
     unconditional case classifier-free guidance needs), drawn from a generator seeded
-    with ``seed``; validation sets keep every caption.
+    with ``seed``; validation sets keep every caption. With ``cache`` set (`attach_cache`),
+    items are the cached latents and text embeddings instead of the image and caption.
     """
 
-    def __init__(self, rows: list[dict[str, Any]], buckets: list[tuple[int, int]], table=None,
-                 caption_dropout: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, rows: list[dict[str, Any]], resolution: int, multiple: int, table=None,
+                 caption_dropout: float = 0.0, seed: int = 0, square: bool = False) -> None:
         self.rows = rows
-        self.buckets = buckets
         self.table = table
         self.caption_dropout = float(caption_dropout)
         self._seed = seed
         self._worker: int | None = None
         self._rng = random.Random(seed)
-        self.bucket_of = []
+        self.cache: Any = None
+        self.latent_keys: list[str] = []
+        self.text_keys: list[str] = []
+        self.uncond_key = ""
+        sizes = []
         for r in rows:
             with open_image(self.image(r)) as im:
-                self.bucket_of.append(nearest_bucket(im.size, buckets))
+                sizes.append((resolution, resolution) if square else bucket_for(im.size, resolution, multiple))
+        self.buckets: list[tuple[int, int]] = sorted(set(sizes))
+        self.bucket_of = [self.buckets.index(s) for s in sizes]
+
+    def size_of(self, i: int) -> tuple[int, int]:
+        return self.buckets[self.bucket_of[i]]
+
+    def attach_cache(self, cache, latent_keys: list[str], text_keys: list[str], uncond_key: str) -> None:
+        """Serve items from `cache` (`cache.LatentCache`): one latent key per row, one text
+        key per row (empty lists when there is no text side), the "" caption's key."""
+        self.cache, self.latent_keys, self.text_keys, self.uncond_key = cache, latent_keys, text_keys, uncond_key
 
     def image(self, row: dict[str, Any]):
         """A row's image as `open_image` takes it: a path, or the table's ``{"bytes", "path"}``."""
@@ -73,10 +103,15 @@ class ImageDataset:
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         r = self.rows[i]
-        caption = r["caption"]
-        if self.caption_dropout and self._draw() < self.caption_dropout:
-            caption = ""
-        return {"image": self.image(r), "caption": caption, "label": r["label"], "bucket": self.bucket_of[i]}
+        dropped = bool(self.caption_dropout) and self._draw() < self.caption_dropout
+        item: dict[str, Any] = {"label": r["label"], "bucket": self.bucket_of[i], "size": self.size_of(i)}
+        if self.cache is None:
+            item.update(image=self.image(r), caption="" if dropped else r["caption"])
+            return item
+        item["latents"] = self.cache.load("latent", self.latent_keys[i])["latents"]
+        if self.text_keys:
+            item.update(self.cache.load("text", self.uncond_key if dropped else self.text_keys[i]))
+        return item
 
 
 def open_image(src):

@@ -6,6 +6,7 @@ from typing import Any
 
 from ....compiler.read import builtin_models
 from ..base import FamilyError
+from .objectives import Objective, flow_sigmas, offset_noise, snr_weights
 
 #: Subfolder names a diffusers pipeline folder uses for the denoiser.
 DENOISER_DIRS = ("unet", "transformer")
@@ -34,19 +35,22 @@ def is_flow_matching(scheduler) -> bool:
     return "FlowMatch" in type(scheduler).__name__
 
 
-def noisy_inputs(scheduler, x0, generator=None):
-    """(model input, timesteps, target) for clean samples `x0`, as the scheduler says:
-    noise (epsilon), v-prediction or sample targets for DDPM-style schedulers; the
-    velocity ``noise - x0`` for flow matching."""
+def noisy_inputs(scheduler, x0, generator=None, obj: Objective | None = None):
+    """(model input, timesteps, target, per-image loss weights or None) for clean samples
+    `x0`, as the scheduler says: noise (epsilon), v-prediction or sample targets for
+    DDPM-style schedulers; the velocity ``noise - x0`` for flow matching. `obj`: the
+    objective settings (`objectives`: shift, timestep sampling, min-SNR-γ, noise offset)."""
     import torch
 
+    obj = obj or Objective()
     n = x0.shape[0]
     noise = torch.randn(x0.shape, generator=generator, dtype=x0.dtype).to(x0.device)
+    noise = offset_noise(obj, noise, generator)
     if is_flow_matching(scheduler):
-        sigma = torch.rand(n, generator=generator).to(x0.device, x0.dtype)
+        sigma = flow_sigmas(obj, n, tuple(x0.shape[-2:]), generator).to(x0.device, x0.dtype)
         s = sigma.view(-1, *([1] * (x0.dim() - 1)))
         noisy = (1.0 - s) * x0 + s * noise
-        return noisy, sigma * scheduler.config.num_train_timesteps, noise - x0
+        return noisy, sigma * scheduler.config.num_train_timesteps, noise - x0, None
     t = torch.randint(0, scheduler.config.num_train_timesteps, (n,), generator=generator).to(x0.device)
     noisy = scheduler.add_noise(x0, noise, t)
     pred = scheduler.config.prediction_type
@@ -58,4 +62,4 @@ def noisy_inputs(scheduler, x0, generator=None):
         target = x0
     else:
         raise FamilyError(f"unsupported prediction_type {pred!r} in the scheduler config")
-    return noisy, t, target
+    return noisy, t, target, snr_weights(obj, scheduler, t, pred)

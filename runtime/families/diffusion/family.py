@@ -14,16 +14,17 @@ from typing import Any
 
 from ..base import Family, FamilyContext, FamilyError
 from ..lora import apply_lora
+from .buckets import BucketBatchSampler
 from .conditioning import TextConditioner, load_text_conditioner, load_vae, vae_latents
-from .data import DATA_DIR, ImageDataset, bucket_sizes, load_image, split_rows, validation_prompts
-from .denoiser import DEFAULT_BY_FLAVOUR, DENOISER_DIRS, noisy_inputs, tiny_denoiser_config
+from .data import DATA_DIR, ImageDataset, load_image, split_rows, validation_prompts
+from .denoiser import DEFAULT_BY_FLAVOUR, DENOISER_DIRS, is_flow_matching, noisy_inputs, tiny_denoiser_config
 from .ema import EMA
+from .family_export import export
+from .objectives import Objective
 from .pipeline import make_pipeline, save_images
-from .pipeline_export import write_pipeline
 from .sources import check_captions, is_dataset_source, read_image_dataset, read_image_folder
 from .tuner_pipeline import denoise, kind_of
 
-EXPORT_META = "tuner_diffusion.json"
 #: Default LoRA targets: the attention projections of diffusers' attention blocks.
 DEFAULT_LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]
 
@@ -42,6 +43,8 @@ class DiffusionFamily(Family):
         self._evals = 0
         self._denoiser_class = ""
         self.kind = ""
+        self.cache: Any = None
+        self.encoded = 0  # cache entries this rank encoded before training
 
     # -- where things come from -----------------------------------------------------
     def _builtin(self) -> str | None:
@@ -105,6 +108,13 @@ class DiffusionFamily(Family):
             self._cond = load_text_conditioner(None if builtin_text else self._folder(), hidden, pooled)
         return self._cond
 
+    def has_text(self) -> bool:
+        return kind_of(self.denoiser_config()["_class_name"]) != "dit"
+
+    def drop_encoders(self) -> None:
+        """Forget the VAE and text encoder (after the cache is built: training never needs them)."""
+        self._cond = self._vae = None
+
     def vae(self):
         if self._vae is None and self._builtin() is None and (self._folder() / "vae").is_dir():
             self._vae = load_vae(self._folder())
@@ -121,12 +131,25 @@ class DiffusionFamily(Family):
         if cls is None:
             raise FamilyError(f"diffusers has no model class {cls_name!r}")
         self._denoiser_class, self.kind = cls_name, kind_of(cls_name)
+        self._check_objective()
         if meta:
             with torch.device("meta"):
                 return cls.from_config(cfg)
         if self._builtin() is not None:
             return cls.from_config(cfg).to(torch.float32)
         return cls.from_pretrained(str(self._denoiser_dir()), torch_dtype=torch.float32)
+
+    def _check_objective(self) -> None:
+        """The compiler's refusals (compiler/plan/rules_runtime.py) for a model folder, whose
+        scheduler only the run reads."""
+        t = self.settings.training
+        flow = is_flow_matching(self.scheduler())
+        if flow and t.snr_gamma > 0:
+            raise FamilyError("training.snr_gamma: min-SNR-gamma weights epsilon / v-prediction losses; this model's "
+                              "scheduler is flow matching, where it does not apply: remove training.snr_gamma")
+        if not flow and (t.flow_shift != 1.0 or t.flow_auto_shift or t.timestep_sampling != "uniform"):
+            raise FamilyError("training.flow_shift / flow_auto_shift / timestep_sampling shape flow-matching sigmas; "
+                              "this model's scheduler is DDPM: remove them")
 
     def prepare_model(self, model):
         s = self.settings
@@ -156,14 +179,32 @@ class DiffusionFamily(Family):
     def build_datasets(self):
         d = self.settings.data
         rows, table = self._read(d.path)
-        buckets = self._buckets()
         dropout: dict[str, Any] = dict(caption_dropout=d.caption_dropout, seed=self.ctx.seed + self.ctx.rank)
+        val: ImageDataset | None
         if d.validation_path:
             val_rows, val_table = self._read(d.validation_path)
-            return ImageDataset(rows, buckets, table, **dropout), ImageDataset(val_rows, buckets, val_table)
-        train_rows, val_rows = split_rows(rows, d.validation_split, self.ctx.seed)
-        return (ImageDataset(train_rows, buckets, table, **dropout),
-                ImageDataset(val_rows, buckets, table) if val_rows else None)
+            train, val = self._dataset(rows, table, **dropout), self._dataset(val_rows, val_table)
+        else:
+            train_rows, val_rows = split_rows(rows, d.validation_split, self.ctx.seed)
+            train = self._dataset(train_rows, table, **dropout)
+            val = self._dataset(val_rows, table) if val_rows else None
+        if d.cache_latents:
+            from . import cached
+
+            prompts = self.validation_prompts(val)[0] if self.has_text() and val is not None else []
+            self.cache, self.encoded = cached.build(self, [train, val], prompts)
+        return train, val
+
+    def _dataset(self, rows, table, **kw) -> ImageDataset:
+        """Each image at its own bucket; DiT unpatchifies to a square, so it gets the square only."""
+        square = kind_of(self.denoiser_config()["_class_name"]) == "dit"
+        return ImageDataset(rows, self.settings.data.resolution, self._multiple(), table, square=square, **kw)
+
+    def batch_sampler(self, ds, training, world: int, shuffle: bool):
+        """Every optimizer step's global batch from one bucket (`buckets`); validation: one
+        accumulation step, unshuffled."""
+        accumulation = training.gradient_accumulation_steps if shuffle else 1
+        return BucketBatchSampler(ds.bucket_of, training.micro_batch_size, world, accumulation, self.ctx.seed, shuffle)
 
     def _read(self, path: str):
         """(rows, datasets table or None) of ``data.path`` or ``data.validation_path``;
@@ -180,13 +221,6 @@ class DiffusionFamily(Family):
                 print(f"tuner run: {warning}", file=sys.stderr, flush=True)
         return rows, table
 
-    def _buckets(self) -> list[tuple[int, int]]:
-        """Aspect buckets; DiT unpatchifies to a square, so it gets the square bucket only."""
-        res = self.settings.data.resolution
-        if kind_of(self.denoiser_config()["_class_name"]) == "dit":
-            return [(res, res)]
-        return bucket_sizes(res, self._multiple())
-
     def _multiple(self) -> int:
         cfg = self.denoiser_config()
         mult = cfg.get("patch_size", 1) or 1
@@ -197,43 +231,48 @@ class DiffusionFamily(Family):
         return max(8, mult)
 
     def collate(self, samples):
-        """Resize the batch to its majority bucket; tokenise captions to fixed-length ids."""
-        from collections import Counter
-
+        """Cached latents and embeddings stacked; or images loaded at the batch's bucket (the
+        first item's: the sampler gives a batch one bucket) and captions tokenised."""
         import torch
 
-        buckets = self._buckets()
-        bucket = Counter(s["bucket"] for s in samples).most_common(1)[0][0]
-        pixels = torch.stack([load_image(s["image"], buckets[bucket]) for s in samples])
-        batch = {"pixel_values": pixels, "labels": torch.tensor([int(s["label"]) for s in samples])}
+        batch = {"labels": torch.tensor([int(s["label"]) for s in samples])}
+        if "latents" in samples[0]:
+            batch.update({k: torch.stack([s[k] for s in samples]) for k in ("latents", "hidden", "pooled")
+                          if k in samples[0]})
+            return batch
+        batch["pixel_values"] = torch.stack([load_image(s["image"], samples[0]["size"]) for s in samples])
         cond = self.conditioner()
         if cond is not None:
             batch.update(cond.tokenize([s["caption"] for s in samples]))
         return batch
 
     def batch_units(self, batch) -> int:
-        return int(batch["pixel_values"].shape[0])
+        return int(batch["labels"].shape[0])
 
     # -- optimisation ---------------------------------------------------------------
     def _condition(self, batch) -> dict[str, Any]:
         cond: dict[str, Any] = {"labels": batch["labels"]}
+        if "hidden" in batch:  # from the cache
+            cond["hidden"], cond["pooled"] = batch["hidden"], batch["pooled"]
+            return cond
         c = self.conditioner()
         if c is not None:
             cond["hidden"], cond["pooled"] = c.encode(batch["input_ids"], batch["attention_mask"])
         return cond
 
     def noisy_inputs(self, x0, generator=None):
-        """(model input, timesteps, target) for clean samples `x0`, as the scheduler says."""
-        return noisy_inputs(self.scheduler(), x0, generator)
+        """(model input, timesteps, target, loss weights or None) for clean samples `x0`, as
+        the scheduler and the objective settings (`objectives`) say."""
+        patch = int(self.denoiser_config().get("patch_size") or 1)
+        return noisy_inputs(self.scheduler(), x0, generator, Objective.from_settings(self.settings.training, patch))
 
     def loss(self, model, batch, generator=None):
-        import torch.nn.functional as F
-
-        x0 = vae_latents(self.vae(), batch["pixel_values"])
-        noisy, t, target = self.noisy_inputs(x0, generator)
+        x0 = batch["latents"] if "latents" in batch else vae_latents(self.vae(), batch["pixel_values"])
+        noisy, t, target, weights = self.noisy_inputs(x0, generator)
         kind = self.kind or kind_of(self.denoiser_config()["_class_name"])
         pred = denoise(model, kind, noisy, t, self._condition(batch))
-        return F.mse_loss(pred.float(), target.float())
+        per_image = (pred.float() - target.float()).pow(2).flatten(1).mean(1)
+        return (per_image * weights).mean() if weights is not None else per_image.mean()
 
     # -- hooks: EMA, checkpoints ------------------------------------------------------
     def on_prepared(self, model, accelerator) -> None:
@@ -305,7 +344,12 @@ class DiffusionFamily(Family):
 
         res = self.settings.data.resolution
         kind = self.kind or kind_of(self.denoiser_config()["_class_name"])
-        pipe = make_pipeline(denoiser, copy.deepcopy(self.scheduler()), self.conditioner(), self.vae(), kind)
+        encode: Any = None
+        if self.has_text():
+            from .cached import CachedPrompts
+
+            encode = CachedPrompts(self.cache) if self.cache is not None else self.conditioner()
+        pipe = make_pipeline(denoiser, copy.deepcopy(self.scheduler()), encode, self.vae(), kind)
         was_training = denoiser.training
         denoiser.eval()
         images = pipe(prompts, labels=labels, height=res, width=res, num_inference_steps=steps, seed=self.ctx.seed)
@@ -322,37 +366,8 @@ class DiffusionFamily(Family):
         return getattr(diffusers, cfg["_class_name"]).from_config(cfg)
 
     def export(self, state_dict, out_dir: Path) -> None:
-        """A diffusers pipeline folder (`pipeline_export`): ``model_index.json``, ``unet/`` or
-        ``transformer/``, ``scheduler/``, the text side, ``vae/`` when there is one, and
-        ``ema_<denoiser>/`` when EMA was on."""
-        import torch
-
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        cfg = self.denoiser_config()
-        sub = "unet" if kind_of(cfg["_class_name"]) == "unet" else "transformer"
-        model = self._fresh_denoiser()
-        if self.settings.model.type == "lora":
-            model = self._lora(model)
-        state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state_dict.items()}
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        if missing or unexpected:
-            raise FamilyError(f"checkpoint does not match the denoiser: missing {list(missing)[:5]}, "
-                              f"unexpected {list(unexpected)[:5]}")
-        if self.settings.model.type == "lora":
-            model.save_pretrained(str(out_dir / f"{sub}_lora"))
-            model = model.merge_and_unload()
-        pipeline = write_pipeline(out_dir, model, sub, self.scheduler(), self.conditioner(), self.vae())
-        if self._ema_export:
-            ema_model = self._fresh_denoiser()
-            base = model.state_dict()
-            ema_state = {k: v for k, v in self._ema_export.items() if k in base}
-            if len(ema_state) == len(base):
-                ema_model.load_state_dict(ema_state)
-                ema_model.save_pretrained(str(out_dir / f"ema_{sub}"), safe_serialization=True)
-        meta = {"denoiser": sub, "class_name": cfg["_class_name"], "kind": kind_of(cfg["_class_name"]),
-                "resolution": self.settings.data.resolution, "ema": bool(self._ema_export), "pipeline": pipeline}
-        (out_dir / EXPORT_META).write_text(json.dumps(meta, indent=2) + "\n")
+        """A diffusers pipeline folder (`family_export`)."""
+        export(self, state_dict, Path(out_dir))
 
     def describe(self) -> str:
         cfg = self.denoiser_config()
