@@ -196,7 +196,7 @@ def _optimizer(name: Any, src: str, out: Imported, other: dict[str, Any]) -> Non
 
 def _axolotl_fsdp(data: dict[str, Any], src: str, out: Imported) -> None:
     cfg = {k.removeprefix("fsdp_") if k != "fsdp_version" else k: v for k, v in (data.get("fsdp_config") or {}).items()}
-    version = int(data.get("fsdp_version") or cfg.get("fsdp_version") or cfg.get("version") or 1)
+    version = _axolotl_fsdp_version(data, cfg, src, out)
     out.set(K.FSDP_ENABLED, True, src)
     out.set(K.FSDP_VERSION, version, src)
     for key, target in AXOLOTL_FSDP_FLAGS.items():
@@ -216,8 +216,15 @@ def _axolotl_fsdp(data: dict[str, Any], src: str, out: Imported) -> None:
         out.set(K.FSDP_BACKWARD_PREFETCH, "NO_PREFETCH", src)
     else:
         out.set(K.FSDP_RESHARD_AFTER_FORWARD, _truthy(cfg.get("reshard_after_forward", True)), src)
-    out.set(K.CHECKPOINT_STATE_DICT_TYPE, str(cfg.get("state_dict_type") or ("FULL_STATE_DICT" if version == 1
-                                                                              else "SHARDED_STATE_DICT")), src)
+    # axolotl hands fsdp_config to the Trainer (core/builders/base.py:684-686), whose plugin arguments
+    # carry state_dict_type FULL_STATE_DICT when unset, for FSDP v1 and FSDP2 alike (transformers
+    # training_args.py:2852); accelerate's environment default (SHARDED for FSDP2) never applies
+    out.set(K.CHECKPOINT_STATE_DICT_TYPE, str(cfg.get("state_dict_type") or "FULL_STATE_DICT"), src)
+    final = cfg.get("final_state_dict_type")
+    if final and final != (cfg.get("state_dict_type") or "FULL_STATE_DICT"):
+        out.remarks.append(f"{src}: fsdp_config.final_state_dict_type {final}: axolotl saves the final model with "
+                           "it (train.py:319-325) and checkpoints with state_dict_type; tuner saves both the "
+                           "same way, so the imported state_dict_type is used for the final model too")
     policy = str(cfg.get("auto_wrap_policy") or "")
     if cfg.get("transformer_layer_cls_to_wrap") and policy in ("", "TRANSFORMER_BASED_WRAP"):
         out.set(K.FSDP_AUTO_WRAP_POLICY, "transformer", src)
@@ -238,6 +245,21 @@ def _axolotl_fsdp(data: dict[str, Any], src: str, out: Imported) -> None:
     if cfg.get("sharding_strategy") not in (None, "FULL_SHARD", "full_shard"):
         out.remarks.append(f"{src}: fsdp_config.sharding_strategy {cfg['sharding_strategy']} is not passed on by "
                            "axolotl (it sets no FSDP_SHARDING_STRATEGY); accelerate's FULL_SHARD is imported")
+
+
+def _axolotl_fsdp_version(data: dict[str, Any], cfg: dict[str, Any], src: str, out: Imported) -> int:
+    """The FSDP version the HF Trainer builds axolotl's plugin with: axolotl's validator
+    (utils/schemas/validation.py:1107-1123) takes the top-level fsdp_version, else fsdp_config.version,
+    else fsdp_config.fsdp_version, else 1, and writes it into fsdp_config.fsdp_version unless that is
+    set already; the Trainer reads fsdp_config's (training_args.py: fsdp_ prefix dropped, then
+    `version`). axolotl's own FSDP2 patches read the top-level key, so a disagreement is named."""
+    top, inner = data.get("fsdp_version"), cfg.get("version") or cfg.get("fsdp_version")
+    trainer = int(cfg.get("fsdp_version") or top or 1) if top else int(inner or 1)
+    if top and cfg.get("fsdp_version") and int(top) != int(cfg["fsdp_version"]):
+        out.remarks.append(f"{src}: fsdp_version {top} and fsdp_config.fsdp_version {cfg['fsdp_version']} disagree: "
+                           f"the HF Trainer builds the FSDP plugin from fsdp_config's (version {trainer} imported) "
+                           "while axolotl applies its FSDP2 patches by the top-level fsdp_version; set one value")
+    return trainer
 
 
 def read_llamafactory(data: dict[str, Any], path: Path, out: Imported) -> None:

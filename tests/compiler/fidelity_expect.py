@@ -79,6 +79,8 @@ def axolotl(cfg: dict[str, Any]) -> Expect:
         e["checkpoint.every_epochs"] = (1, "saves_per_epoch")
     else:
         e["checkpoint.every_epochs"] = ("saves_per_epoch", "saves_per_epoch")
+    if cfg.get("fsdp_config") or cfg.get("fsdp"):
+        _axolotl_fsdp(cfg, e)
     if lora:
         # utils/schemas/peft.py:53-54 (no default), :80 (dropout 0.0), :58 (lora_target_linear)
         e["model.lora_dropout"] = (cfg.get("lora_dropout", 0.0), "lora_dropout")
@@ -91,6 +93,27 @@ def axolotl(cfg: dict[str, Any]) -> Expect:
             t = cfg["lora_target_modules"]
             e["model.lora_target_modules"] = ([t] if isinstance(t, str) else t, "lora_target_modules")
     return e
+
+
+def _axolotl_fsdp(cfg: dict[str, Any], e: Expect) -> None:
+    # utils/schemas/validation.py:1086-1100: the fsdp_ prefix dropped inside fsdp_config (not fsdp_version)
+    fc = {k.removeprefix("fsdp_") if k != "fsdp_version" else k: v for k, v in (cfg.get("fsdp_config") or {}).items()}
+    # validation.py:1107-1123: no top-level fsdp_version -> fsdp_config.version, else fsdp_config.fsdp_version,
+    # else 1; fsdp_config.fsdp_version is filled from the top level only when unset. core/builders/base.py:684-686
+    # hands fsdp_config to TrainingArguments, whose _process_fsdp_args (transformers 5.23 training_args.py:2784-2786,
+    # :2826) drops the prefix and builds the plugin with fsdp_config's version
+    top = cfg.get("fsdp_version")
+    inner = fc.get("version") or fc.get("fsdp_version")
+    version = int(fc.get("fsdp_version") or top) if top else int(inner or 1)
+    e["fsdp.enabled"] = (True, "fsdp_config")
+    e["fsdp.version"] = (version, "fsdp_version")
+    # training_args.py:2852: state_dict_type FULL_STATE_DICT unless fsdp_config sets it, FSDP2 included; the
+    # Trainer passes it to FullyShardedDataParallelPlugin (trainer.py:855), so accelerate's environment default
+    # (SHARDED for FSDP2, accelerate utils/dataclasses.py:2047-2051) is never reached; axolotl's final save
+    # (train.py:319-325) re-applies final_state_dict_type or state_dict_type (None keeps the plugin's)
+    sdt = str(fc.get("state_dict_type") or "FULL_STATE_DICT")
+    e["checkpoint.state_dict_type"] = ({"FULL_STATE_DICT": "full", "SHARDED_STATE_DICT": "sharded"}.get(sdt, sdt),
+                                       "fsdp_config.state_dict_type")
 
 
 def _hf(cfg: dict[str, Any], d: dict[str, Any], e: Expect) -> None:

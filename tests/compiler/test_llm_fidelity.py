@@ -145,3 +145,40 @@ def test_hf_trainer_args_train_what_the_trainer_trains(path, tmp_path, trainer_d
 def test_corpus_sizes():
     assert (len(AXOLOTL), len(LLAMAFACTORY), len(SWIFT_FILES)) >= (10, 10, 3)
     assert len(AXOLOTL) >= 10 and len(LLAMAFACTORY) >= 10 and len(SWIFT_FILES) >= 3
+
+
+#: Edits of one shipped axolotl FSDP2 example for what no shipped example exercises (every FSDP2 example
+#: sets state_dict_type; none spells fsdp_config.version): name -> (fsdp_config edits (None: removed),
+#: top-level fsdp_version, the FSDP version and state dict the HF Trainer builds axolotl's plugin with).
+#: Values by axolotl's validation.py:1107-1123 and transformers' training_args.py:2826/:2852 (see
+#: fidelity_expect._axolotl_fsdp); the old import gave FSDP2 a sharded state dict here.
+FSDP_EDITS = {
+    "fsdp2-state-dict-unset": ({"fsdp_state_dict_type": None}, None, 2, "full"),
+    "top-level-version": ({"fsdp_version": None, "fsdp_state_dict_type": None}, 2, 2, "full"),
+    "config-version-key": ({"fsdp_version": None, "version": 2, "fsdp_state_dict_type": None}, None, 2, "full"),
+    "version-beats-fsdp-version": ({"fsdp_version": 1, "version": 2}, None, 2, "full"),
+    "no-version-is-v1": ({"fsdp_version": None, "fsdp_state_dict_type": None}, None, 1, "full"),
+    "sharded-kept": ({"fsdp_state_dict_type": "SHARDED_STATE_DICT"}, None, 2, "sharded"),
+    "top-and-config-disagree": ({"fsdp_version": 1}, 2, 1, "full"),
+    "final-save-differs": ({"final_state_dict_type": "SHARDED_STATE_DICT"}, None, 2, "full"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FSDP_EDITS))
+def test_axolotl_fsdp_version_and_state_dict_are_the_trainers(name, tmp_path):
+    edits, top, version, state_dict = FSDP_EDITS[name]
+    cfg = yaml.safe_load((PEER2 / "axolotl-ai-cloud__axolotl" / "examples" / "qwen2" / "adamw-pretrain-fsdp2.yaml")
+                         .read_text())
+    for key, value in edits.items():
+        cfg["fsdp_config"].pop(key, None) if value is None else cfg["fsdp_config"].__setitem__(key, value)
+    if top is not None:
+        cfg["fsdp_version"] = top
+    source = tmp_path / f"{name}.yaml"
+    source.write_text(yaml.safe_dump(cfg))
+    settings, remarks, _ = _normalised(source)
+    assert (settings["fsdp.version"], settings["checkpoint.state_dict_type"]) == (version, state_dict)
+    assert _silent_changes(settings, remarks, expect.axolotl(cfg)) == []
+    disagree = [r for r in remarks if "fsdp_version" in r and "disagree" in r]
+    assert len(disagree) == (1 if name == "top-and-config-disagree" else 0)
+    final = [r for r in remarks if "fsdp_config.final_state_dict_type" in r]  # axolotl's train.py:319-325
+    assert len(final) == (1 if name == "final-save-differs" else 0)
