@@ -218,7 +218,8 @@ def _axolotl_fsdp(data: dict[str, Any], src: str, out: Imported) -> None:
         out.set(K.FSDP_RESHARD_AFTER_FORWARD, _truthy(cfg.get("reshard_after_forward", True)), src)
     # axolotl hands fsdp_config to the Trainer (core/builders/base.py:684-686), whose plugin arguments
     # carry state_dict_type FULL_STATE_DICT when unset, for FSDP v1 and FSDP2 alike (transformers
-    # training_args.py:2852); accelerate's environment default (SHARDED for FSDP2) never applies
+    # training_args.py:2852; :2768 in 5.14.1, which axolotl pins); accelerate's environment default
+    # (SHARDED for FSDP2) never applies
     out.set(K.CHECKPOINT_STATE_DICT_TYPE, str(cfg.get("state_dict_type") or "FULL_STATE_DICT"), src)
     final = cfg.get("final_state_dict_type")
     if final and final != (cfg.get("state_dict_type") or "FULL_STATE_DICT"):

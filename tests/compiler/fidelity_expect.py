@@ -107,6 +107,8 @@ def _axolotl_fsdp(cfg: dict[str, Any], e: Expect) -> None:
     version = int(fc.get("fsdp_version") or top) if top else int(inner or 1)
     e["fsdp.enabled"] = (True, "fsdp_config")
     e["fsdp.version"] = (version, "fsdp_version")
+    # (axolotl pins transformers 5.14.1 and accelerate 1.13.0, pyproject.toml:20-21; there the same code is
+    # training_args.py:2702 (prefix), :2742 (version), :2768 (state dict), trainer.py:814, dataclasses.py:2008-2014)
     # training_args.py:2852: state_dict_type FULL_STATE_DICT unless fsdp_config sets it, FSDP2 included; the
     # Trainer passes it to FullyShardedDataParallelPlugin (trainer.py:855), so accelerate's environment default
     # (SHARDED for FSDP2, accelerate utils/dataclasses.py:2047-2051) is never reached; axolotl's final save
