@@ -88,6 +88,16 @@ def read(data: dict[str, Any], path: Path, out: Imported, swift: bool = False) -
         out.remarks.append(f"{src}: {', '.join(sorted(unknown))}: not TrainingArguments fields ({whose}); "
                            "not imported")
     carry(data, defaults, path, out)
+    if not swift:  # the Trainer's arguments never name the model: the person's script loads it
+        out.finish.append(lambda imported: _no_model(imported, src))
+
+
+def _no_model(out: Imported, src: str) -> None:
+    """Named, never silent: without a model path the build trains tuner's built-in tiny model."""
+    if K.MODEL_PATH not in out.values:
+        out.remarks.append(f"{src}: TrainingArguments name no model (your script loads it): set model.path "
+                           "before `tuner run` (without it the build trains tuner's built-in tiny model); "
+                           "`tuner launch BUILD your_script.py` trains your script's model")
 
 
 def _warmup(data: dict[str, Any], unknown: list[str], src: str, out: Imported) -> tuple[dict[str, Any], list[str]]:

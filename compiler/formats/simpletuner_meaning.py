@@ -66,6 +66,7 @@ def apply(raw: dict[str, Any], path: Path, out: Imported, other: dict[str, Any])
     _model(raw, src, out, problems)
     _schedule(raw, src, out, problems)
     _defaults(raw, src, out)
+    _objectives(raw, src, out)
     _lora(raw, src, out, problems)
     _data(raw, src, out)
     precision = str(raw.get("base_model_precision", "no_change")).strip().lower()
@@ -134,6 +135,24 @@ def _schedule(raw: dict[str, Any], src: str, out: Imported, problems: list[str])
         for path, key, value, where in D.POLYNOMIAL_DEFAULTS:
             out.default(path, value, src, f"{key} unset: SimpleTuner's polynomial default {value!r} "
                         f"({where}) imported as {path}")
+
+
+def _objectives(raw: dict[str, Any], src: str, out: Imported) -> None:
+    """The diffusion objectives tuner reads by SimpleTuner's names (training.flow_shift, noise_offset...):
+    where SimpleTuner's default or its use differs from tuner's, named."""
+    reg = "field_registry/sections/advanced.py"
+    if "noise_offset" in raw:
+        chance = raw.get("noise_offset_probability", 0.25)
+        out.remarks.append(f"{src}: noise_offset = {raw['noise_offset']!r}: carried as training.noise_offset, which tuner "
+                           f"adds on every step; SimpleTuner adds it with noise_offset_probability {chance!r} (0.25 "
+                           f"unless set, {reg}:856-861), so the offset trained differs")
+    else:
+        out.remarks.append(f"{src}: noise_offset unset: SimpleTuner adds an offset of 0.1 with probability 0.25 "
+                           f"({reg}:835-861); tuner's training.noise_offset stays 0 (none): set it to train with one")
+    if "flow_schedule_shift" not in raw:
+        out.remarks.append(f"{src}: flow_schedule_shift unset: SimpleTuner shifts a flow-matching model's timesteps "
+                           f"by 3.0 ({reg}:509-515); tuner's training.flow_shift stays 1.0: set training.flow_shift = 3.0 "
+                           "for a flow-matching model")
 
 
 def _defaults(raw: dict[str, Any], src: str, out: Imported) -> None:

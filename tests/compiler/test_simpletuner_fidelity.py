@@ -243,7 +243,10 @@ def test_every_key_of_the_file_is_carried_or_named(name, imported):
     carried = {"model_family", "model_flavour", "pretrained_model_name_or_path", "model_type", "lora_type",
                "num_processes", "fsdp_enable", "fsdp_auto_wrap_policy", "fsdp_transformer_layer_cls_to_wrap",
                "report_to", "base_model_precision", *ST_DEFAULT, "seed", "tracker_run_name", "context_parallel_size",
-               "context_parallel_comm_strategy", "deepspeed_config", "lora_alpha", "validation_steps", "controlnet"}
+               "context_parallel_comm_strategy", "deepspeed_config", "lora_alpha", "validation_steps", "controlnet",
+               # the diffusion objectives, read by their SimpleTuner names (compiler/keys/sections/loop.py)
+               "flow_schedule_shift", "flow_schedule_auto_shift", "flow_timestep_sampling", "flow_logit_mean",
+               "flow_logit_std", "snr_gamma", "noise_offset"}
     own_notes = [r for r in imp.remarks if "not about distributed training" not in r]
     for key in set(raw) - listed - carried:
         assert any(f"{key} = " in r for r in own_notes), f"{key} is neither carried nor named in a note of its own"
