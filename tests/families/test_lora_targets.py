@@ -93,7 +93,7 @@ def test_qlora_without_bitsandbytes_is_refused_before_any_rank(tmp_path):
     shutil.copy(EXAMPLES / "fsdp2.toml", tmp_path / "settings.toml")
     c = run_tuner("compile", str(tmp_path / "settings.toml"), "--out", str(tmp_path / "build"), "-q",
                   "--set", "hardware.platform=cuda", "--set", "model.type=lora", "--set", "model.path=model",
-                  "--set", "model.base_precision=nf4-bnb")
+                  "--set", "model.base_precision=nf4-bnb", "--set", "training.mixed_precision=bf16")
     assert c.returncode == 0, c.stderr
     code = ("import sys; sys.modules['bitsandbytes'] = None\n"
             f"from tuner.commands.cli import main; sys.exit(main(['run', {str(tmp_path / 'build')!r}]))")
@@ -121,5 +121,5 @@ def test_axolotl_load_in_4bit_with_an_adapter_imports_as_nf4_bnb_and_compiles_fo
     imported = import_files([qlora])
     assert imported.values["model.base_precision"] == "nf4-bnb"
     assert "load_in_4bit" not in imported.not_distributed.get(qlora.name, {})
-    plain = REPO / "tests/compiler/data/peer2/axolotl-ai-cloud__axolotl/examples/archived/tiny-llama/lora.yml"
+    plain = REPO / "tests/compiler/data/peer2/axolotl-ai-cloud__axolotl/examples/qwen2/adamw-pretrain-fsdp2.yaml"
     assert "model.base_precision" not in import_files([plain]).values  # load_in_4bit: false

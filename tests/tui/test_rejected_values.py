@@ -61,7 +61,10 @@ def diagnostics_line(app, key: str) -> str:
 
 
 def toasts(app) -> list[str]:
-    return [str(n.message) for n in app._notifications]
+    """The notices as the screen shows them (their markup rendered: "\\[model]" shows "[model]")."""
+    from rich.text import Text
+
+    return [Text.from_markup(str(n.message)).plain for n in app._notifications]
 
 
 @pytest.mark.parametrize("text,fkey,key,shows,message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
