@@ -148,26 +148,6 @@ MODELS: dict[str, tuple[str | None, dict[str, str]]] = {
         "i2v-lite-5s": "kandinskylab/Kandinsky-5.0-I2V-Lite-5s-Diffusers",
         "i2v-pro-sft-5s": "kandinskylab/Kandinsky-5.0-I2V-Pro-sft-5s-Diffusers",
     }),
-    # kandinsky5_image: Kandinsky5Image, simpletuner/helpers/models/kandinsky5_image/model.py:64 (default flavour: line 63)
-    "kandinsky5_image": ("t2i-lite-sft", {
-        "t2i-lite-sft": "kandinskylab/Kandinsky-5.0-T2I-Lite-sft-Diffusers",
-        "t2i-lite-pretrain": "kandinskylab/Kandinsky-5.0-T2I-Lite-pretrain-Diffusers",
-        "i2i-lite-sft": "kandinskylab/Kandinsky-5.0-I2I-Lite-sft-Diffusers",
-        "i2i-lite-pretrain": "kandinskylab/Kandinsky-5.0-I2I-Lite-pretrain-Diffusers",
-    }),
-    # kandinsky5_video: Kandinsky5Video, simpletuner/helpers/models/kandinsky5_video/model.py:70 (default flavour: line 69)
-    "kandinsky5_video": ("t2v-lite-sft-5s", {
-        "t2v-lite-sft-5s": "kandinskylab/Kandinsky-5.0-T2V-Lite-sft-5s-Diffusers",
-        "t2v-lite-pretrain-5s": "kandinskylab/Kandinsky-5.0-T2V-Lite-pretrain-5s-Diffusers",
-        "t2v-lite-sft-10s": "kandinskylab/Kandinsky-5.0-T2V-Lite-sft-10s-Diffusers",
-        "t2v-lite-pretrain-10s": "kandinskylab/Kandinsky-5.0-T2V-Lite-pretrain-10s-Diffusers",
-        "t2v-pro-sft-5s-hd": "kandinskylab/Kandinsky-5.0-T2V-Pro-sft-5s-Diffusers",
-        "t2v-pro-sft-10s-hd": "kandinskylab/Kandinsky-5.0-T2V-Pro-sft-10s-Diffusers",
-        "t2v-pro-pretrain-5s-hd": "kandinskylab/Kandinsky-5.0-T2V-Pro-pretrain-5s-Diffusers",
-        "t2v-pro-pretrain-10s-hd": "kandinskylab/Kandinsky-5.0-T2V-Pro-pretrain-10s-Diffusers",
-        "i2v-lite-5s": "kandinskylab/Kandinsky-5.0-I2V-Lite-5s-Diffusers",
-        "i2v-pro-sft-5s": "kandinskylab/Kandinsky-5.0-I2V-Pro-sft-5s-Diffusers",
-    }),
     # kolors: Kolors, simpletuner/helpers/models/kolors/model.py:55 (default flavour: line 54)
     "kolors": ("1.0", {
         "1.0": "terminusresearch/kwai-kolors-1.0",
@@ -341,6 +321,10 @@ MODELS: dict[str, tuple[str | None, dict[str, str]]] = {
         "3b": "bghira/zlab-i1-diffusers",
     }),
 }
+# SimpleTuner registers the Kandinsky 5 families under both spellings (hyphen and underscore,
+# the same classes): one table each.
+MODELS["kandinsky5_image"] = MODELS["kandinsky5-image"]
+MODELS["kandinsky5_video"] = MODELS["kandinsky5-video"]
 
 
 def model_path(family: str, flavour: str | None) -> tuple[str | None, str]:
