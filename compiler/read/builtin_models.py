@@ -24,7 +24,8 @@ from typing import Any
 
 #: ``builtin`` without a name picks by family (and flavour for diffusion).
 DEFAULT_BY_FAMILY = {"causal_lm": "tiny-llama", "embedding": "tiny-bert", "diffusion": "tiny-unet"}
-DEFAULT_BY_DIFFUSION_FLAVOUR = {"unet": "tiny-unet", "transformer": "tiny-dit", "dit": "tiny-dit", "sd3": "tiny-sd3"}
+DEFAULT_BY_DIFFUSION_FLAVOUR = {"unet": "tiny-unet", "transformer": "tiny-dit", "dit": "tiny-dit", "sd3": "tiny-sd3",
+                                "sdxl": "tiny-sdxl", "flux": "tiny-flux"}
 
 
 def _llama(parameters: int, **shape: Any) -> dict[str, Any]:
@@ -112,7 +113,69 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
         # units (the diffusion family refuses that); it is sharded as one unit.
         "suggested_wrap": [],
     },
-    # An SD3-style MMDiT (text + pooled conditioning), pixel space like the others at run time.
+    # The real models' classes, tiny (issue 35): whole latent pipelines built locally, each with
+    # its pipeline's text encoders, tokenizer(s), a tiny AutoencoderKL and its scheduler
+    # (``pipeline``: what runtime/families/diffusion/real_models.py builds; no torch here).
+    # SDXL: the U-Net with added time ids and pooled text embeddings (addition_embed_type
+    # "text_time"), two CLIP text encoders (the second with a projection), as diffusers' own
+    # SDXL tests shape it.
+    "tiny-sdxl": {
+        "library": "diffusers",
+        "family": "diffusion",
+        "flavour": "sdxl",
+        "class_name": "UNet2DConditionModel",
+        "config": {
+            "_class_name": "UNet2DConditionModel",
+            "sample_size": 16,
+            "in_channels": 4,
+            "out_channels": 4,
+            "block_out_channels": [32, 64],
+            "down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D"],
+            "up_block_types": ["CrossAttnUpBlock2D", "UpBlock2D"],
+            "layers_per_block": 1,
+            "attention_head_dim": [2, 4],
+            "transformer_layers_per_block": [1, 2],
+            "use_linear_projection": True,
+            "addition_embed_type": "text_time",
+            "addition_time_embed_dim": 8,
+            "projection_class_embeddings_input_dim": 80,
+            "cross_attention_dim": 64,
+            "norm_num_groups": 8,
+        },
+        "pipeline": {"class_name": "StableDiffusionXLPipeline", "vae": {"latent_channels": 4, "scaling_factor": 0.13025},
+                     "text": [["CLIPTextModel", 32, 0], ["CLIPTextModelWithProjection", 32, 32]],
+                     "scheduler": "sdxl"},
+        "parameters": 1_360_740,
+        "suggested_wrap": ["BasicTransformerBlock", "ResnetBlock2D"],
+    },
+    # Flux: the MMDiT with double- and single-stream blocks, guidance embedding, CLIP pooled +
+    # T5 conditioning, 2x2-packed latents.
+    "tiny-flux": {
+        "library": "diffusers",
+        "family": "diffusion",
+        "flavour": "flux",
+        "class_name": "FluxTransformer2DModel",
+        "config": {
+            "_class_name": "FluxTransformer2DModel",
+            "patch_size": 1,
+            "in_channels": 16,
+            "num_layers": 1,
+            "num_single_layers": 1,
+            "attention_head_dim": 16,
+            "num_attention_heads": 2,
+            "joint_attention_dim": 32,
+            "pooled_projection_dim": 32,
+            "guidance_embeds": True,
+            "axes_dims_rope": [4, 6, 6],
+        },
+        "pipeline": {"class_name": "FluxPipeline",
+                     "vae": {"latent_channels": 4, "scaling_factor": 0.3611, "shift_factor": 0.1159},
+                     "text": [["CLIPTextModel", 32, 0], ["T5EncoderModel", 32, 0]], "scheduler": "flux"},
+        "parameters": 78_544,
+        "suggested_wrap": ["FluxTransformerBlock", "FluxSingleTransformerBlock"],
+    },
+    # SD3: the MMDiT (JointTransformerBlock) with CLIP-L and CLIP-G (both with projections,
+    # pooled embeddings concatenated) and T5 conditioning, flow matching.
     "tiny-sd3": {
         "library": "diffusers",
         "family": "diffusion",
@@ -120,19 +183,23 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
         "class_name": "SD3Transformer2DModel",
         "config": {
             "_class_name": "SD3Transformer2DModel",
-            "sample_size": 32,
+            "sample_size": 16,
             "patch_size": 2,
-            "in_channels": 3,
-            "out_channels": 3,
+            "in_channels": 4,
+            "out_channels": 4,
             "num_layers": 2,
-            "attention_head_dim": 16,
-            "num_attention_heads": 2,
+            "attention_head_dim": 8,
+            "num_attention_heads": 4,
             "joint_attention_dim": 32,
             "caption_projection_dim": 32,
             "pooled_projection_dim": 32,
             "pos_embed_max_size": 32,
         },
-        "parameters": 77_388,
+        "pipeline": {"class_name": "StableDiffusion3Pipeline",
+                     "vae": {"latent_channels": 4, "scaling_factor": 1.5305, "shift_factor": 0.0609},
+                     "text": [["CLIPTextModelWithProjection", 16, 16], ["CLIPTextModelWithProjection", 16, 16],
+                              ["T5EncoderModel", 32, 0]], "scheduler": "sd3"},
+        "parameters": 77_648,
         "suggested_wrap": ["JointTransformerBlock"],
     },
 }

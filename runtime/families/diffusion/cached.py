@@ -4,13 +4,18 @@ prompts validation samples with, read from the cache instead of the text encoder
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 from .cache import Entry, LatentCache, digest, folder_fingerprint
 from .conditioning import TINY_TEXT_LEN, vae_latents
-from .data import ImageDataset, image_digest, load_image
+from .data import ImageDataset, image_digest, image_size, load_image
+from .real_models import T5_LEN, TINY_CLIP_LEN, builtin_pipeline, sdxl_time_ids
+
+#: Bump when the built-in pipelines' construction changes (their cache entries then re-encode).
+CACHE_RECIPE = "1"
 
 #: The family (`family.DiffusionFamily`; not imported: it imports this module).
 DiffusionFamily = Any
@@ -26,14 +31,24 @@ def cache_root(fam: DiffusionFamily) -> Path:
 def make_cache(fam: DiffusionFamily) -> LatentCache:
     """The cache with this run's encoder fingerprints (built-ins: their construction recipe)."""
     folder = None if fam._builtin() is not None else fam._folder()
+    pipe = builtin_pipeline(fam._builtin())
     if folder is not None and (folder / "vae").is_dir():
         vae_id = folder_fingerprint(folder / "vae")
+    elif pipe is not None:  # a built-in pipeline's tiny VAE: its recipe
+        vae_id = digest("builtin-vae", CACHE_RECIPE, json.dumps(pipe["vae"], sort_keys=True))
     else:
         vae_id = digest("pixels")
+    if fam.denoiser_kind() == "sdxl":  # latent entries carry the time ids too
+        vae_id = digest(vae_id, "sdxl-time-ids")
     text_id: str | None = None
     if fam.has_text():
         if folder is not None and (folder / "text_encoder").is_dir():
             text_id = digest(folder_fingerprint(folder / "text_encoder"), folder_fingerprint(folder / "tokenizer"))
+            for extra in ("text_encoder_2", "tokenizer_2", "text_encoder_3", "tokenizer_3"):
+                if (folder / extra).is_dir():
+                    text_id = digest(text_id, folder_fingerprint(folder / extra))
+        elif pipe is not None:
+            text_id = digest("builtin-pipeline-text", CACHE_RECIPE, json.dumps(pipe["text"]), T5_LEN, TINY_CLIP_LEN)
         else:
             cfg = fam.denoiser_config()
             hidden = cfg.get("cross_attention_dim") or cfg.get("joint_attention_dim") or 32
@@ -81,11 +96,14 @@ def encoder(fam: DiffusionFamily, device):
             hidden, pooled = cond([e.source for e in entries], device)
             return [{"hidden": h, "pooled": p} for h, p in zip(hidden, pooled, strict=True)]
         out = []
+        sdxl = fam.denoiser_kind() == "sdxl"
         for e in entries:  # sizes may differ across a chunk: one image at a time
             pixels = load_image(e.source, e.size).unsqueeze(0).to(device)
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(int(e.key[:8], 16))  # the VAE's latent sample: whichever rank encodes
                 out.append({"latents": vae_latents(fam.vae(), pixels)[0]})
+            if sdxl:
+                out[-1]["time_ids"] = sdxl_time_ids(image_size(e.source), e.size)
         return out
 
     return encode

@@ -108,7 +108,8 @@ def load_vae(folder: Path):
 
 
 def vae_latents(vae, pixels):
-    """Scaled latents of `pixels` (no gradients); `pixels` themselves without a VAE (pixel space)."""
+    """Scaled latents of `pixels`, ``(z - shift_factor) * scaling_factor`` as the pipelines
+    undo it (no gradients); `pixels` themselves without a VAE (pixel space)."""
     import torch
 
     if vae is None:
@@ -116,4 +117,5 @@ def vae_latents(vae, pixels):
     if next(vae.parameters()).device != pixels.device:
         vae.to(pixels.device)
     with torch.no_grad():
-        return vae.encode(pixels.to(vae.dtype)).latent_dist.sample() * vae.config.scaling_factor
+        z = vae.encode(pixels.to(vae.dtype)).latent_dist.sample()
+    return (z - (getattr(vae.config, "shift_factor", None) or 0.0)) * vae.config.scaling_factor

@@ -108,7 +108,7 @@ class ImageDataset:
         if self.cache is None:
             item.update(image=self.image(r), caption="" if dropped else r["caption"])
             return item
-        item["latents"] = self.cache.load("latent", self.latent_keys[i])["latents"]
+        item.update(self.cache.load("latent", self.latent_keys[i]))  # latents (and SDXL's time ids)
         if self.text_keys:
             item.update(self.cache.load("text", self.uncond_key if dropped else self.text_keys[i]))
         return item
@@ -125,6 +125,21 @@ def open_image(src):
     return Image.open(src)
 
 
+def crop_box(image_size: tuple[int, int], size: tuple[int, int]) -> tuple[int, int, int, int]:
+    """(scaled width, scaled height, left, top) of `load_image`'s cover-and-centre-crop of an
+    image of `image_size` to `size` (both width, height)."""
+    iw, ih = image_size
+    w, h = size
+    scale = max(w / iw, h / ih)
+    nw, nh = max(w, round(iw * scale)), max(h, round(ih * scale))
+    return nw, nh, (nw - w) // 2, (nh - h) // 2
+
+
+def image_size(src) -> tuple[int, int]:
+    with open_image(src) as im:
+        return im.size
+
+
 def load_image(src, size: tuple[int, int]):
     """RGB tensor in [-1, 1], shape [3, h, w]: scaled to cover `size`, centre-cropped."""
     import numpy as np
@@ -134,10 +149,8 @@ def load_image(src, size: tuple[int, int]):
     w, h = size
     with open_image(src) as im:
         im = im.convert("RGB")
-        scale = max(w / im.width, h / im.height)
-        nw, nh = max(w, round(im.width * scale)), max(h, round(im.height * scale))
+        nw, nh, left, top = crop_box(im.size, size)
         im = im.resize((nw, nh), Image.BICUBIC)
-        left, top = (nw - w) // 2, (nh - h) // 2
         im = im.crop((left, top, left + w, top + h))
         arr = np.asarray(im, dtype=np.float32) / 127.5 - 1.0
     return torch.from_numpy(arr).permute(2, 0, 1).contiguous()

@@ -7,7 +7,6 @@ attributes of the family (`conditioning`), moved to the batch's device, never wr
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,29 +14,32 @@ from typing import Any
 from ..base import Family, FamilyContext, FamilyError
 from ..lora import apply_lora
 from .buckets import BucketBatchSampler
-from .conditioning import TextConditioner, load_text_conditioner, load_vae, vae_latents
-from .data import DATA_DIR, ImageDataset, load_image, split_rows, validation_prompts
-from .denoiser import DEFAULT_BY_FLAVOUR, DENOISER_DIRS, is_flow_matching, noisy_inputs, tiny_denoiser_config
+from .components import Components
+from .conditioning import vae_latents
+from .data import DATA_DIR, ImageDataset, image_size, load_image, split_rows, validation_prompts
+from .denoiser import is_flow_matching, noisy_inputs
 from .ema import EMA
 from .family_export import export
 from .objectives import Objective
 from .pipeline import make_pipeline, save_images
+from .real_models import FLUX_TRAIN_GUIDANCE, sdxl_time_ids
 from .sources import check_captions, is_dataset_source, read_image_dataset, read_image_folder
-from .tuner_pipeline import denoise, kind_of
+from .tuner_pipeline import denoise
 
 #: Default LoRA targets: the attention projections of diffusers' attention blocks.
 DEFAULT_LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]
 
 
-class DiffusionFamily(Family):
+class DiffusionFamily(Components, Family):
     name = "diffusion"
     unit = "img"
 
     def __init__(self, ctx: FamilyContext) -> None:
         super().__init__(ctx)
-        self._cond: TextConditioner | None = None
+        self._cond: Any = None
         self._vae = None
         self._scheduler: Any = None
+        self._train_scheduler: Any = None
         self.ema: EMA | None = None
         self._ema_export: dict[str, Any] | None = None
         self._evals = 0
@@ -45,80 +47,6 @@ class DiffusionFamily(Family):
         self.kind = ""
         self.cache: Any = None
         self.encoded = 0  # cache entries this rank encoded before training
-
-    # -- where things come from -----------------------------------------------------
-    def _builtin(self) -> str | None:
-        path = self.settings.model.path.strip()
-        if path == "builtin":
-            return DEFAULT_BY_FLAVOUR.get(self.settings.model.flavour.lower(), "tiny-unet")
-        if path.startswith("builtin:"):
-            return path.split(":", 1)[1].strip() or "tiny-unet"
-        return None
-
-    def _folder(self) -> Path:
-        d = self.ctx.resolve(self.settings.model.path)
-        if not d.is_dir():
-            raise FamilyError(f"model.path {d} is not a diffusers folder")
-        return d
-
-    def _denoiser_dir(self) -> Path:
-        d = self._folder()
-        if (d / "config.json").is_file() and not any((d / s).is_dir() for s in DENOISER_DIRS):
-            return d  # a bare denoiser folder
-        flavour = self.settings.model.flavour.lower()
-        order = ("transformer", "unet") if flavour in ("transformer", "dit", "sd3") else DENOISER_DIRS
-        for sub in order:
-            if (d / sub / "config.json").is_file():
-                return d / sub
-        raise FamilyError(f"{d} holds no denoiser (looked for unet/ and transformer/ with a config.json)")
-
-    def denoiser_config(self) -> dict[str, Any]:
-        name = self._builtin()
-        if name is not None:
-            return tiny_denoiser_config(name, self.settings.data.resolution)
-        return json.loads((self._denoiser_dir() / "config.json").read_text())
-
-    def scheduler(self):
-        if self._scheduler is None:
-            import diffusers
-
-            name = self._builtin()
-            folder = None if name is not None else self._folder() / "scheduler"
-            if folder is not None and (folder / "scheduler_config.json").is_file():
-                cfg = json.loads((folder / "scheduler_config.json").read_text())
-                cls = getattr(diffusers, cfg.get("_class_name", "DDPMScheduler"), diffusers.DDPMScheduler)
-                self._scheduler = cls.from_pretrained(str(folder))
-            elif kind_of(self.denoiser_config()["_class_name"]) in ("sd3", "dit") and name is not None:
-                self._scheduler = diffusers.FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=1.0)
-            else:
-                self._scheduler = diffusers.DDPMScheduler(num_train_timesteps=1000, beta_schedule="squaredcos_cap_v2",
-                                                          prediction_type="epsilon", clip_sample=False)
-        return self._scheduler
-
-    def conditioner(self) -> TextConditioner | None:
-        """The frozen text side (None for class-conditional denoisers)."""
-        kind = kind_of(self.denoiser_config()["_class_name"])
-        if kind == "dit":
-            return None
-        if self._cond is None:
-            cfg = self.denoiser_config()
-            hidden = cfg.get("cross_attention_dim") or cfg.get("joint_attention_dim") or 32
-            pooled = cfg.get("pooled_projection_dim") or hidden
-            builtin_text = self._builtin() is not None or not (self._folder() / "text_encoder").is_dir()
-            self._cond = load_text_conditioner(None if builtin_text else self._folder(), hidden, pooled)
-        return self._cond
-
-    def has_text(self) -> bool:
-        return kind_of(self.denoiser_config()["_class_name"]) != "dit"
-
-    def drop_encoders(self) -> None:
-        """Forget the VAE and text encoder (after the cache is built: training never needs them)."""
-        self._cond = self._vae = None
-
-    def vae(self):
-        if self._vae is None and self._builtin() is None and (self._folder() / "vae").is_dir():
-            self._vae = load_vae(self._folder())
-        return self._vae
 
     # -- model ----------------------------------------------------------------------
     def build_model(self, meta: bool = False):
@@ -130,7 +58,7 @@ class DiffusionFamily(Family):
         cls = getattr(diffusers, cls_name, None)
         if cls is None:
             raise FamilyError(f"diffusers has no model class {cls_name!r}")
-        self._denoiser_class, self.kind = cls_name, kind_of(cls_name)
+        self._denoiser_class, self.kind = cls_name, self.denoiser_kind()
         self._check_objective()
         if meta:
             with torch.device("meta"):
@@ -172,7 +100,8 @@ class DiffusionFamily(Family):
         if self.kind == "dit":
             return []  # see prepare_model: DiT is sharded as one unit
         found = {type(m).__name__ for m in model.modules()}
-        wanted: list[str] = [c for c in ("BasicTransformerBlock", "JointTransformerBlock", "ResnetBlock2D") if c in found]
+        wanted: list[str] = [c for c in ("BasicTransformerBlock", "JointTransformerBlock", "FluxTransformerBlock",
+                                         "FluxSingleTransformerBlock", "ResnetBlock2D") if c in found]
         return wanted or list(getattr(model, "_no_split_modules", None) or [])
 
     # -- data -----------------------------------------------------------------------
@@ -197,7 +126,7 @@ class DiffusionFamily(Family):
 
     def _dataset(self, rows, table, **kw) -> ImageDataset:
         """Each image at its own bucket; DiT unpatchifies to a square, so it gets the square only."""
-        square = kind_of(self.denoiser_config()["_class_name"]) == "dit"
+        square = self.denoiser_kind() == "dit"
         return ImageDataset(rows, self.settings.data.resolution, self._multiple(), table, square=square, **kw)
 
     def batch_sampler(self, ds, training, world: int, shuffle: bool):
@@ -215,32 +144,27 @@ class DiffusionFamily(Family):
             rows, table = read_image_dataset(src, d.image_column, d.caption_column)
         else:
             rows, table = read_image_folder(src, d.caption_column), None
-        if kind_of(self.denoiser_config()["_class_name"]) != "dit":  # text-conditioned
+        if self.denoiser_kind() != "dit":  # text-conditioned
             warning = check_captions(rows, str(src), d.caption_dropout)
             if warning and self.ctx.rank == 0:
                 print(f"tuner run: {warning}", file=sys.stderr, flush=True)
         return rows, table
 
-    def _multiple(self) -> int:
-        cfg = self.denoiser_config()
-        mult = cfg.get("patch_size", 1) or 1
-        if "block_out_channels" in cfg:
-            mult *= 2 ** (len(cfg["block_out_channels"]) - 1)
-        if self._builtin() is None and (self._folder() / "vae").is_dir():
-            mult *= 8
-        return max(8, mult)
-
     def collate(self, samples):
-        """Cached latents and embeddings stacked; or images loaded at the batch's bucket (the
-        first item's: the sampler gives a batch one bucket) and captions tokenised."""
+        """Cached latents and embeddings (and SDXL's time ids) stacked; or images loaded at
+        the batch's bucket (the first item's: the sampler gives a batch one bucket) and captions
+        tokenised."""
         import torch
 
         batch = {"labels": torch.tensor([int(s["label"]) for s in samples])}
         if "latents" in samples[0]:
-            batch.update({k: torch.stack([s[k] for s in samples]) for k in ("latents", "hidden", "pooled")
+            batch.update({k: torch.stack([s[k] for s in samples]) for k in ("latents", "hidden", "pooled", "time_ids")
                           if k in samples[0]})
             return batch
-        batch["pixel_values"] = torch.stack([load_image(s["image"], samples[0]["size"]) for s in samples])
+        size = samples[0]["size"]
+        batch["pixel_values"] = torch.stack([load_image(s["image"], size) for s in samples])
+        if self.denoiser_kind() == "sdxl":
+            batch["time_ids"] = torch.stack([sdxl_time_ids(image_size(s["image"]), size) for s in samples])
         cond = self.conditioner()
         if cond is not None:
             batch.update(cond.tokenize([s["caption"] for s in samples]))
@@ -251,25 +175,34 @@ class DiffusionFamily(Family):
 
     # -- optimisation ---------------------------------------------------------------
     def _condition(self, batch) -> dict[str, Any]:
-        cond: dict[str, Any] = {"labels": batch["labels"]}
+        import torch
+
+        labels = batch["labels"]
+        cond: dict[str, Any] = {"labels": labels}
+        if "time_ids" in batch:
+            cond["time_ids"] = batch["time_ids"]
+        if self.kind == "flux":  # the guidance embedding's training value (SimpleTuner's flux_guidance_value)
+            cond["guidance"] = torch.full((labels.shape[0],), FLUX_TRAIN_GUIDANCE, device=labels.device)
         if "hidden" in batch:  # from the cache
             cond["hidden"], cond["pooled"] = batch["hidden"], batch["pooled"]
             return cond
         c = self.conditioner()
-        if c is not None:
-            cond["hidden"], cond["pooled"] = c.encode(batch["input_ids"], batch["attention_mask"])
+        if "captions" in batch:  # the real models' pipelines encode the captions themselves
+            cond["hidden"], cond["pooled"] = c(batch["captions"], labels.device)  # type: ignore[misc]
+        elif c is not None:
+            cond["hidden"], cond["pooled"] = c.encode(batch["input_ids"], batch["attention_mask"])  # type: ignore[union-attr]
         return cond
 
     def noisy_inputs(self, x0, generator=None):
         """(model input, timesteps, target, loss weights or None) for clean samples `x0`, as
         the scheduler and the objective settings (`objectives`) say."""
-        patch = int(self.denoiser_config().get("patch_size") or 1)
-        return noisy_inputs(self.scheduler(), x0, generator, Objective.from_settings(self.settings.training, patch))
+        patch = int(self.denoiser_config().get("patch_size") or 1) * (2 if self.denoiser_kind() == "flux" else 1)
+        return noisy_inputs(self.train_scheduler(), x0, generator, Objective.from_settings(self.settings.training, patch))
 
     def loss(self, model, batch, generator=None):
         x0 = batch["latents"] if "latents" in batch else vae_latents(self.vae(), batch["pixel_values"])
         noisy, t, target, weights = self.noisy_inputs(x0, generator)
-        kind = self.kind or kind_of(self.denoiser_config()["_class_name"])
+        kind = self.kind or self.denoiser_kind()
         pred = denoise(model, kind, noisy, t, self._condition(batch))
         per_image = (pred.float() - target.float()).pow(2).flatten(1).mean(1)
         return (per_image * weights).mean() if weights is not None else per_image.mean()
@@ -343,7 +276,7 @@ class DiffusionFamily(Family):
         import copy
 
         res = self.settings.data.resolution
-        kind = self.kind or kind_of(self.denoiser_config()["_class_name"])
+        kind = self.kind or self.denoiser_kind()
         encode: Any = None
         if self.has_text():
             from .cached import CachedPrompts

@@ -13,7 +13,6 @@ from typing import Any
 from ..base import FamilyError
 from .lora_export import adapter, write_lora
 from .pipeline_export import write_pipeline
-from .tuner_pipeline import kind_of
 
 EXPORT_META = "tuner_diffusion.json"
 
@@ -24,7 +23,8 @@ def export(fam: Any, state_dict, out_dir: Path) -> None:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg = fam.denoiser_config()
-    sub = "unet" if kind_of(cfg["_class_name"]) == "unet" else "transformer"
+    kind = fam.denoiser_kind()
+    sub = "unet" if kind in ("unet", "sdxl") else "transformer"
     lora = fam.settings.model.type == "lora"
     model = fam._fresh_denoiser()
     if lora:
@@ -49,7 +49,7 @@ def export(fam: Any, state_dict, out_dir: Path) -> None:
         if len(ema_state) == len(base):
             ema_model.load_state_dict(ema_state)
             ema_model.save_pretrained(str(out_dir / f"ema_{sub}"), safe_serialization=True)
-    meta = {"denoiser": sub, "class_name": cfg["_class_name"], "kind": kind_of(cfg["_class_name"]),
+    meta = {"denoiser": sub, "class_name": cfg["_class_name"], "kind": kind,
             "resolution": fam.settings.data.resolution, "ema": bool(ema), "pipeline": pipeline,
             "lora": "lora" if diffusers_lora else (f"{sub}_lora" if lora else "")}
     (out_dir / EXPORT_META).write_text(json.dumps(meta, indent=2) + "\n")

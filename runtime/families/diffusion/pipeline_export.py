@@ -4,6 +4,9 @@ component, so that ``DiffusionPipeline.from_pretrained(folder)`` loads it.
 * A U-Net with a VAE and a CLIP text encoder: diffusers' ``StableDiffusionPipeline``
   (no safety checker).
 * A DiT with a VAE: diffusers' ``DiTPipeline``.
+* The real models (`real_models`: SDXL, Flux, SD3, built-in or from a folder):
+  ``StableDiffusionXLPipeline``, ``FluxPipeline``, ``StableDiffusion3Pipeline``, with every
+  text encoder and tokenizer the run used.
 * Anything else (the built-in pixel-space models, SD3-style transformers with one text
   encoder): `tuner_pipeline.TunerPipeline`, whose source is written beside
   ``model_index.json`` as ``tuner_pipeline.py`` (load with ``trust_remote_code=True``).
@@ -17,12 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from . import tuner_pipeline
+from .real_models import PIPELINES, PipelineText
 
 CUSTOM_FILE = "tuner_pipeline"
 
 
 def pipeline_name(class_name: str, conditioner, vae) -> str:
     """The diffusers pipeline class an export of this denoiser loads as."""
+    if isinstance(conditioner, PipelineText) and vae is not None:
+        return next(name for name, kind in PIPELINES.items() if kind == conditioner.kind)
     encoder = type(conditioner.encoder).__name__ if conditioner is not None else ""
     if class_name == "UNet2DConditionModel" and vae is not None and encoder == "CLIPTextModel":
         return "StableDiffusionPipeline"
@@ -38,9 +44,14 @@ def write_pipeline(out_dir: Path, denoiser, sub: str, scheduler, conditioner, va
 
     name = pipeline_name(type(denoiser).__name__, conditioner, vae)
     text: dict[str, Any] = {}
-    if conditioner is not None:
+    if isinstance(conditioner, PipelineText):
+        text = dict(conditioner.components)
+    elif conditioner is not None:
         text = {"text_encoder": conditioner.encoder, "tokenizer": conditioner.tokenizer}
-    if name == "StableDiffusionPipeline":
+    if name in PIPELINES:
+        extra = {"add_watermarker": False} if name == "StableDiffusionXLPipeline" else {}
+        pipe = getattr(diffusers, name)(vae=vae, scheduler=scheduler, **{sub: denoiser}, **text, **extra)
+    elif name == "StableDiffusionPipeline":
         pipe = diffusers.StableDiffusionPipeline(vae=vae, unet=denoiser, scheduler=scheduler, safety_checker=None,
                                                  feature_extractor=None, requires_safety_checker=False, **text)
     elif name == "DiTPipeline":

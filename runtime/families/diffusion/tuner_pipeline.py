@@ -14,11 +14,15 @@ from typing import Any
 from diffusers import DiffusionPipeline
 
 
-def kind_of(class_name: str) -> str:
-    """How a denoiser is called: 'unet', 'sd3' (text + pooled) or 'dit' (class labels)."""
+def kind_of(class_name: str, config: dict[str, Any] | None = None) -> str:
+    """How a denoiser is called: 'unet', 'sdxl' (a U-Net with added time ids and pooled text,
+    `config`'s ``addition_embed_type = "text_time"``), 'sd3' (text + pooled), 'flux' (packed
+    latents, ids, guidance) or 'dit' (class labels)."""
     if "UNet" in class_name:
-        return "unet"
-    if class_name.startswith("SD3") or "Flux" in class_name:
+        return "sdxl" if (config or {}).get("addition_embed_type") == "text_time" else "unet"
+    if "Flux" in class_name:
+        return "flux"
+    if class_name.startswith("SD3"):
         return "sd3"
     if class_name.startswith("DiT"):
         return "dit"
@@ -29,12 +33,41 @@ def denoise(model, kind: str, x, t, cond: dict[str, Any]):
     """One denoiser call in the form its class expects; returns the prediction tensor."""
     if kind == "unet":
         out = model(x, t, encoder_hidden_states=cond["hidden"])
+    elif kind == "sdxl":
+        out = model(x, t, encoder_hidden_states=cond["hidden"],
+                    added_cond_kwargs={"text_embeds": cond["pooled"], "time_ids": cond["time_ids"]})
+    elif kind == "flux":
+        return flux_denoise(model, x, t, cond)
     elif kind == "sd3":
         out = model(hidden_states=x, encoder_hidden_states=cond["hidden"], pooled_projections=cond["pooled"],
                     timestep=t)
     else:
         out = model(x, timestep=t, class_labels=cond["labels"])
     return out.sample if hasattr(out, "sample") else out[0]
+
+
+def flux_denoise(model, x, t, cond: dict[str, Any]):
+    """Flux's call as ``FluxPipeline`` makes it: latents packed into 2x2 patches, image ids of
+    the packed grid, zero text ids, timestep in [0, 1] (`t` is in [0, 1000]), the guidance
+    embedding (``cond["guidance"]``, else 1.0) when the model has one; the packed prediction
+    unpacked to the latent's shape."""
+    import torch
+    from diffusers import FluxPipeline
+
+    n, c, h, w = x.shape
+    packed = FluxPipeline._pack_latents(x, n, c, h, w)
+    img_ids = FluxPipeline._prepare_latent_image_ids(n, h // 2, w // 2, x.device, x.dtype)
+    hidden = cond["hidden"]
+    txt_ids = torch.zeros(hidden.shape[1], 3, device=x.device, dtype=x.dtype)
+    config = getattr(getattr(model, "module", model), "config", None)
+    guidance = None
+    if getattr(config, "guidance_embeds", False):
+        guidance = cond.get("guidance")
+        guidance = torch.full((n,), 1.0, device=x.device) if guidance is None else guidance
+    out = model(hidden_states=packed, timestep=(t / 1000).to(x.dtype), guidance=guidance,
+                pooled_projections=cond["pooled"], encoder_hidden_states=hidden, txt_ids=txt_ids, img_ids=img_ids,
+                return_dict=False)[0]
+    return FluxPipeline._unpack_latents(out, h, w, 1)
 
 
 def encode_text(tokenizer, text_encoder, prompts: list[str], max_length: int, device):
@@ -61,13 +94,20 @@ def sample(denoiser, kind: str, scheduler, encode, vae, prompts: list[str], labe
     cond: dict[str, Any] = {"labels": torch.tensor(labels or [0] * n, device=device)}
     if encode is not None:
         cond["hidden"], cond["pooled"] = encode(prompts, device)
+    if kind == "sdxl":  # original size = target size, no crop (the SDXL pipeline's defaults)
+        cond["time_ids"] = torch.tensor([[height, width, 0, 0, height, width]] * n, dtype=torch.float32, device=device)
     channels, factor = 3, 1
     if vae is not None:
         channels = vae.config.latent_channels
         factor = 2 ** (len(vae.config.block_out_channels) - 1)
     gen = torch.Generator("cpu").manual_seed(seed)
     x = torch.randn((n, channels, height // factor, width // factor), generator=gen).to(device)
-    scheduler.set_timesteps(num_inference_steps, device=device)
+    extra = {}
+    if getattr(scheduler.config, "use_dynamic_shifting", False):  # Flux: mu from the image's token count
+        tokens, c = (height // factor // 2) * (width // factor // 2), scheduler.config
+        slope = (c.max_shift - c.base_shift) / (c.max_image_seq_len - c.base_image_seq_len)
+        extra["mu"] = tokens * slope + c.base_shift - slope * c.base_image_seq_len
+    scheduler.set_timesteps(num_inference_steps, device=device, **extra)
     x = x * getattr(scheduler, "init_noise_sigma", 1.0)
     for t in scheduler.timesteps:
         inp = scheduler.scale_model_input(x, t) if hasattr(scheduler, "scale_model_input") else x
@@ -76,7 +116,7 @@ def sample(denoiser, kind: str, scheduler, encode, vae, prompts: list[str], labe
         x = scheduler.step(pred.float(), t, x, return_dict=False)[0]
     if vae is not None:
         with torch.no_grad():
-            x = vae.decode(x / vae.config.scaling_factor).sample
+            x = vae.decode(x / vae.config.scaling_factor + (getattr(vae.config, "shift_factor", None) or 0.0)).sample
     return ((x.float().clamp(-1, 1) + 1) / 2).cpu()
 
 
@@ -119,6 +159,7 @@ class TunerPipeline(DiffusionPipeline):
             def encode(ps, dev):
                 return encode_text(self.tokenizer, self.text_encoder, ps, max_len, dev)
 
-        images = sample(denoiser, kind_of(type(denoiser).__name__), self.scheduler, encode, self.vae, prompts,
-                        class_labels, height or size, width or size, num_inference_steps, seed, device)
+        kind = kind_of(type(denoiser).__name__, dict(denoiser.config))
+        images = sample(denoiser, kind, self.scheduler, encode, self.vae, prompts, class_labels, height or size,
+                        width or size, num_inference_steps, seed, device)
         return images if output_type == "pt" else to_pil(images)
