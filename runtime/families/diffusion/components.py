@@ -32,6 +32,7 @@ class Components:
     _vae: Any
     _scheduler: Any
     _train_scheduler: Any
+    loaded: list[str]  # "text" / "vae" each time one is built or loaded (what a cached run never does)
 
     def _builtin(self) -> str | None:
         path = self.settings.model.path.strip()
@@ -132,12 +133,14 @@ class Components:
                 pipe = real_models.builtin_pipeline(name)
                 text = real_models.tiny_text(pipe) if pipe else real_models.folder_text(self._folder())
                 self._cond = real_models.PipelineText(kind, text)
+                self.loaded.append("text")
                 return self._cond
             cfg = self.denoiser_config()
             hidden = cfg.get("cross_attention_dim") or cfg.get("joint_attention_dim") or 32
             pooled = cfg.get("pooled_projection_dim") or hidden
             builtin_text = name is not None or not (self._folder() / "text_encoder").is_dir()
             self._cond = load_text_conditioner(None if builtin_text else self._folder(), hidden, pooled)
+            self.loaded.append("text")
         return self._cond
 
     def has_text(self) -> bool:
@@ -154,6 +157,8 @@ class Components:
                 self._vae = real_models.tiny_vae(pipe)
             elif self._builtin() is None and (self._folder() / "vae").is_dir():
                 self._vae = load_vae(self._folder())
+            if self._vae is not None:
+                self.loaded.append("vae")
         return self._vae
 
     def _vae_factor(self) -> int:

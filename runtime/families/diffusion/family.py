@@ -40,6 +40,7 @@ class DiffusionFamily(Components, Family):
         self._vae = None
         self._scheduler: Any = None
         self._train_scheduler: Any = None
+        self.loaded: list[str] = []
         self.ema: EMA | None = None
         self._ema_export: dict[str, Any] | None = None
         self._evals = 0

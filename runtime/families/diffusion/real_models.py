@@ -39,7 +39,7 @@ DENOISER = {"sdxl": "unet", "flux": "transformer", "sd3": "transformer"}
 TEXT_NAMES = ("text_encoder", "text_encoder_2", "text_encoder_3")
 TOKENIZER_NAMES = ("tokenizer", "tokenizer_2", "tokenizer_3")
 #: Max tokens of the built-ins' CLIP tokenizers, and the T5 sequence length for every model.
-TINY_CLIP_LEN = 32
+TINY_CLIP_LEN = 48
 T5_LEN = 32
 #: Flux's guidance embedding value in training (SimpleTuner's flux_guidance_value default).
 FLUX_TRAIN_GUIDANCE = 1.0
