@@ -16,8 +16,8 @@ QLORA_PRECISION = "nf4-bnb"
 
 
 #: Built-in diffusion models and flavours whose scheduler is flow matching (SD3, Flux, DiT) or DDPM.
-FLOW_MATCHING = ("tiny-sd3", "tiny-dit", "sd3", "flux", "transformer", "dit")
-DDPM = ("tiny-unet", "unet", "sdxl")
+FLOW_MATCHING = ("tiny-sd3", "tiny-flux", "tiny-dit", "sd3", "flux", "transformer", "dit")
+DDPM = ("tiny-unet", "tiny-sdxl", "unet", "sdxl")
 
 
 def diffusion_scheduler(s: Settings) -> str:

@@ -1,4 +1,4 @@
-"""The real SDXL U-Net and Flux transformer configurations (tests/data/diffusion-configs/, with
+"""The real SDXL U-Net, Flux and SD3-medium transformer configurations (tests/data/diffusion-configs/, with
 PROVENANCE.md) at real sizes, no weights: `tuner blocks` builds them on the meta device and
 names their transformer blocks; `tuner estimate` sizes them at 1024² from the detected
 parameters and says which strategies fit on 24, 48 and 80 GB GPUs (8 ranks, bf16)."""
@@ -14,7 +14,8 @@ from tuner.commands.cli import main as tuner_main
 pytestmark = pytest.mark.slow
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "diffusion-configs"
-MODELS = {"sdxl": ("sdxl-base-1.0/unet", "unet"), "flux": ("flux.1-dev/transformer", "transformer")}
+MODELS = {"sdxl": ("sdxl-base-1.0/unet", "unet"), "flux": ("flux.1-dev/transformer", "transformer"),
+          "sd3": ("sd3-medium/transformer", "sd3")}
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,7 @@ def test_blocks_names_the_real_transformer_blocks(estimates):
     text = json.dumps(sdxl)
     assert "BasicTransformerBlock" in text and "ResnetBlock2D" in text
     assert "FluxTransformerBlock" in json.dumps(flux) and "FluxSingleTransformerBlock" in json.dumps(flux)
+    assert "JointTransformerBlock" in json.dumps(estimates["blocks"]["sd3"])
 
 
 def _fits(est) -> set[str]:
@@ -70,5 +72,9 @@ def test_estimate_at_real_sizes_says_what_fits_on_24_48_80_gb(estimates):
     assert not _fits(flux[24])
     assert _fits(flux[48]) and all("offload" in n or "nvme" in n for n in _fits(flux[48])), _fits(flux[48])
     assert {"zero2", "fsdp2", "zero3"} <= _fits(flux[80]) and "ddp" not in _fits(flux[80])
+    sd3 = estimates["sd3"]
+    assert 2.0e9 < sd3[24]["model"]["parameters"] < 2.1e9  # SD3 medium's transformer: 2.03B
+    # SD3 medium (2B, fewer parameters than SDXL's U-Net, more tokens): sharded fits 24 GB, DDP not
+    assert "ddp" not in _fits(sd3[24]) and {"zero2", "fsdp2", "zero3"} <= _fits(sd3[24]) and "ddp" in _fits(sd3[80])
     per_gpu = {n: {s["name"]: s["per_gpu"] for s in e[24]["strategies"]} for n, e in (("sdxl", sdxl), ("flux", flux))}
     assert per_gpu["flux"]["fsdp2"] > 4 * per_gpu["sdxl"]["fsdp2"]  # 4.6x the parameters, more tokens at 1024²

@@ -195,7 +195,7 @@ def test_cache_carries_the_conditioning_and_a_complete_cache_builds_no_encoder(t
 def test_export_loads_as_the_diffusers_pipeline_and_samples(exported):
     import diffusers
 
-    for name, (fam, model, final) in exported.items():
+    for name, (_, model, final) in exported.items():
         index = json.loads((final / "model_index.json").read_text())
         assert index["_class_name"] == MODELS[name] and not (final / "tuner_pipeline.py").exists()
         pipe = diffusers.DiffusionPipeline.from_pretrained(str(final))  # no remote code
@@ -206,3 +206,36 @@ def test_export_loads_as_the_diffusers_pipeline_and_samples(exported):
         kw = {} if name == "tiny-sdxl" else {"max_sequence_length": T5_LEN}
         images = pipe(PROMPTS[0], num_inference_steps=2, height=32, width=32, output_type="np", **kw).images
         assert images.shape == (1, 32, 32, 3) and (images == images).all()
+
+
+@pytest.mark.parametrize("name", ["tiny-sdxl", "tiny-flux"])
+def test_lora_export_loads_into_the_models_pipeline(exported, tmp_path, name):
+    """A LoRA run's `final/lora/` loads with the base pipeline's `load_lora_weights` (SDXL's
+    U-Net keys, Flux's transformer keys) and then samples what the merged export samples."""
+    import diffusers
+
+    base_dir = exported[name][2]
+    s = Settings.from_dict({"model": {"family": "diffusion", "path": f"builtin:{name}", "type": "lora", "lora_rank": 4,
+                                      "lora_alpha": 8}, "data": {"resolution": 32, "cache_latents": False}})
+    fam = DiffusionFamily(FamilyContext(settings=s, base_dir=tmp_path))
+    torch.manual_seed(0)  # the same base weights as the exported full model
+    model = fam.prepare_model(fam.build_model())
+    with torch.no_grad():  # a trained adapter: lora_B moved off its zero start
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    fam.export(model.state_dict(), tmp_path / "final")
+    assert json.loads((tmp_path / "final" / "tuner_diffusion.json").read_text())["lora"] == "lora"
+    kw = {} if name == "tiny-sdxl" else {"max_sequence_length": T5_LEN}
+
+    def sample(pipe):
+        return pipe(PROMPTS[0], num_inference_steps=2, height=32, width=32, output_type="np",
+                    generator=torch.Generator().manual_seed(0), **kw).images
+
+    pipe = diffusers.DiffusionPipeline.from_pretrained(str(base_dir))
+    before = sample(pipe)
+    pipe.load_lora_weights(str(tmp_path / "final" / "lora"))
+    after = sample(pipe)
+    assert abs(after - before).max() > 1e-3
+    merged = sample(diffusers.DiffusionPipeline.from_pretrained(str(tmp_path / "final")))
+    assert abs(after - merged).max() < 1e-3

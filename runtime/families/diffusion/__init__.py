@@ -3,9 +3,11 @@
 * Model: ``model.path`` is a local diffusers folder (a pipeline folder with ``unet/`` or
   ``transformer/``, ``scheduler/`` and optionally ``text_encoder/``, ``tokenizer/``,
   ``vae/`` — what `export` writes and what Stable Diffusion folders hold), or a built-in
-  tiny configuration (``builtin:tiny-unet``, ``builtin:tiny-dit``, ``builtin:tiny-sd3``;
-  plain ``builtin`` picks by ``model.flavour``). Built-ins work in pixel space (3 channels,
-  no VAE) with a tiny CLIP text encoder and a character-level tokenizer built locally.
+  tiny configuration (plain ``builtin`` picks by ``model.flavour``): the stand-ins
+  ``builtin:tiny-unet`` and ``builtin:tiny-dit`` work in pixel space (3 channels, no VAE)
+  with a tiny CLIP text encoder and a character-level tokenizer built locally; the real
+  models' pipelines ``builtin:tiny-sdxl``, ``builtin:tiny-flux``, ``builtin:tiny-sd3``
+  (`real_models`) are latent pipelines with their models' text encoders, all tiny.
 * Only the denoiser is "the model": `build_model` returns it, so the trainer prepares,
   shards (FSDP) or partitions (ZeRO-3) nothing else. The text encoder and VAE are frozen
   attributes of the family, built outside DeepSpeed's ``zero.Init``, moved to the
@@ -26,7 +28,9 @@
   ``DiffusionPipeline``) around the trained, still-sharded denoiser — every rank runs it
   (the sharded forward needs them all), rank 0 writes ``OUTPUT_DIR/validation/step-N/``.
 
-One module per concern: `denoiser` (configurations, the call, noise targets), `data`
+One module per concern: `denoiser` (configurations, the call, noise targets), `components`
+(config, scheduler, text side and VAE of a built-in or a folder), `real_models` (SDXL, Flux,
+SD3 as their pipelines build and call them), `data`
 (image folders, aspect buckets), `buckets` (the batch sampler), `cache` / `cached` (the
 latent and text-embedding cache), `ema`, `conditioning` (frozen text encoder and VAE),
 `pipeline` (sampling), `family` (`DiffusionFamily`, what the trainer drives).
