@@ -28,7 +28,7 @@ MODELS = {"tiny-sdxl": ("sdxl", "StableDiffusionXLPipeline", {"BasicTransformerB
 COMMON = (f"training.max_steps={STEPS}", "training.micro_batch_size=2", "training.ema=false",
           "checkpoint.every_steps=0", "data.resolution=32", "data.validation_split=0")
 FSDP2 = ("deepspeed.enabled=false", "fsdp.enabled=true", "fsdp.version=2", "fsdp.reshard_after_forward=true",
-         "fsdp.auto_wrap_policy=transformer")
+         "fsdp.auto_wrap_policy=transformer", "checkpoint.export=false")  # the ZeRO-2 runs' exports are loaded
 
 
 def _images(folder: Path) -> Path:
@@ -81,7 +81,8 @@ def test_real_model_trains_with_its_conditioning(runs, name, strategy):
     losses = run.losses()
     assert len(losses) == STEPS and all(math.isfinite(v) for v in losses.values()), losses
     first, last = decreasing(losses)
-    assert last < first, f"{name} {strategy}: loss did not decrease: {losses}"
+    # by 3% at least: an untrained model's losses drift by chance (SD3's by 0.1% at lr 1e-12)
+    assert last < 0.97 * first, f"{name} {strategy}: loss did not decrease: {losses}"
     trace = _trace(run)
     blocks = MODELS[name][2]
     for rank, rows in trace.items():
