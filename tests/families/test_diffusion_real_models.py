@@ -19,6 +19,8 @@ from tuner.runtime.families.diffusion.family import DiffusionFamily
 from tuner.runtime.families.diffusion.real_models import T5_LEN, TINY_CLIP_LEN
 from tuner.runtime.families.diffusion.tuner_pipeline import denoise
 
+pytestmark = pytest.mark.slow  # in-process, but ~2 min of model building and sampling on a loaded CPU
+
 MODELS = {"tiny-sdxl": "StableDiffusionXLPipeline", "tiny-flux": "FluxPipeline", "tiny-sd3": "StableDiffusion3Pipeline"}
 PROMPTS = ["a red circle on a white background", "a blue square"]
 
@@ -239,3 +241,27 @@ def test_lora_export_loads_into_the_models_pipeline(exported, tmp_path, name):
     assert abs(after - before).max() > 1e-3
     merged = sample(diffusers.DiffusionPipeline.from_pretrained(str(tmp_path / "final")))
     assert abs(after - merged).max() < 1e-3
+
+
+@pytest.mark.parametrize("name", ["tiny-sdxl", "tiny-flux"])
+def test_a_pipeline_folder_trains_as_the_real_model(exported, tmp_path, name):
+    """`model.path` = a local pipeline folder whose model_index.json names the pipeline (here
+    the export, as a downloaded SDXL / FLUX.1 folder is laid out): the denoiser, every text
+    encoder and tokenizer, the VAE and the scheduler come from it, and condition as the
+    built-in they were exported from."""
+    fam0, model0, final = exported[name]
+    s = Settings.from_dict({"model": {"family": "diffusion", "path": str(final)},
+                            "data": {"resolution": 32, "cache_latents": False}})
+    fam = DiffusionFamily(FamilyContext(settings=s, base_dir=tmp_path))
+    assert fam.pipeline_kind() == {"tiny-sdxl": "sdxl", "tiny-flux": "flux"}[name]
+    model = fam.build_model()
+    for k, v in model0.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[k], v)
+    assert type(fam.scheduler()).__name__ == type(fam0.scheduler()).__name__
+    assert type(fam.train_scheduler()).__name__ == type(fam0.train_scheduler()).__name__
+    for got, want in zip(fam.conditioner()(PROMPTS, torch.device("cpu")),
+                         fam0.conditioner()(PROMPTS, torch.device("cpu")), strict=True):
+        torch.testing.assert_close(got, want)
+    train, _ = fam.build_datasets()
+    loss = fam.loss(model, fam.collate([train[i] for i in range(2)]), generator=torch.Generator().manual_seed(0))
+    assert torch.isfinite(loss) and fam._multiple() == fam0._multiple()
