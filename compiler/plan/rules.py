@@ -19,11 +19,12 @@ import re
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from ..canonical.normalise import Normalised
 from ..diagnostics import Diagnostics
 from ..keys import paths as K
+from ..keys.choices import Platform
 from ..keys.schema import index
 from ..keys.settings import Settings, freeze, global_batch
 from .plan import Plan
@@ -202,7 +203,7 @@ def _resolve(n: Normalised, platform: str, diags: Diagnostics) -> Settings:
     s = Settings.from_dict({name: copy.deepcopy(dict(values)) for name, values in n.settings.items()})
     hw, ds, cp = s.hardware, s.deepspeed, s.context_parallel
     if hw.platform == "auto":
-        hw = replace(hw, platform=platform)
+        hw = replace(hw, platform=cast(Platform, platform))  # the gather stage's detected_platform: one of them
         diags.note(K.HARDWARE_PLATFORM, f"target platform detected on this machine: {platform}",
                    "state hardware.platform when compiling for another machine (e.g. in CI)")
     if ds.config and not ds.enabled:
