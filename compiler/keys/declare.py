@@ -1,19 +1,19 @@
 """The declaration helper: `setting(...)` records every fact about one settings key.
 
-`compiler/keys/sections/` declares each key once (`compiler/keys/settings.py` gathers the sections), as
-a dataclass field made by `setting`:
-its type is the field's annotation (for a key with closed choices a `Literal` from
-`compiler/keys/choices.py`: its choices are read from it), and the rest (default, help,
-aliases, bounds, forgiving spellings, accelerate's name for it, its place in the wizard, the
-former keys it replaces) sits in the field's metadata as a `Setting`. A section class's ``step`` is the wizard step of its keys; a key
-declares ``step=`` only where it sits on another one. Everything else is derived from that
-declaration: the JSON Schema (`compiler/keys/schema_gen.py`), the schema index the compiler uses
-(`compiler/keys/schema.py`: defaults, and with `compiler/keys/coercion.py` the type-driven coercion),
-normalise's per-key spellings, the accelerate names emit writes and the importer reads, the
-key-path constants (`compiler/keys/paths.py`) and the wizard's steps (`tui/layout.py`).
+`compiler/keys/sections/` declares each key once (`compiler/keys/settings.py` gathers the sections),
+as a dataclass field made by `setting`: its type is the field's annotation (for a key with closed
+choices a `Literal` from `compiler/keys/choices.py`: its choices are read from it), and the rest
+(default, help, aliases, bounds, forgiving spellings, accelerate's name for it, its place in the
+wizard, the former keys it replaces) sits in the field's metadata as a `Setting`. A section class's
+``step`` is the wizard step of its keys; a key declares ``step=`` only where it sits on another one.
+Everything else is derived from that declaration: the JSON Schema (`compiler/keys/schema_gen.py`),
+the schema index the compiler uses (`compiler/keys/schema.py`: defaults, and with
+`compiler/keys/coercion.py` the type-driven coercion), normalise's per-key spellings, the accelerate
+names emit writes and the importer reads, the key-path constants (`compiler/keys/paths.py`) and the
+wizard's steps (`tui/layout.py`).
 
-No imports from the rest of tuner: settings.py and the spelling tables depend on this module,
-never the other way round.
+No imports from the rest of tuner: settings.py and the spelling tables depend on this module, never
+the other way round.
 """
 
 from __future__ import annotations

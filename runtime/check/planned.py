@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ...compiler.keys.choices import LrScheduler
 from .findings import Finding, fault, ok, skipped
 
 
@@ -94,7 +95,7 @@ def _speed_cause(r: float, world: int, accum: int) -> tuple[str, str]:
 FORMULAS = ("constant", "constant_with_warmup", "linear", "cosine")
 
 
-def planned_lrs(kind: str, lr: float, warmup: int, total: int, n: int, training: Any = None) -> list[float]:
+def planned_lrs(kind: LrScheduler, lr: float, warmup: int, total: int, n: int, training: Any = None) -> list[float]:
     """The learning rate of optimizer steps 1..n under the settings' schedule
     (runtime/optim.py: `lr_schedule`, tuner's "constant" warms up when warmup_steps is set;
     ``training`` gives polynomial its lr_end and lr_power)."""
@@ -118,7 +119,7 @@ def planned_lrs(kind: str, lr: float, warmup: int, total: int, n: int, training:
     return out
 
 
-def _lrs_from_transformers(kind: str, lr: float, warmup: int, total: int, n: int, training: Any = None) -> list[float]:
+def _lrs_from_transformers(kind: LrScheduler, lr: float, warmup: int, total: int, n: int, training: Any = None) -> list[float]:
     import torch
 
     from ..optim import lr_schedule
