@@ -13,7 +13,7 @@ from ..choices import ClipMethod, EmaDevice, LrScheduler, MixedPrecision, Optimi
 from ..declare import setting
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainingSettings:
     """The optimisation loop."""
 
@@ -123,7 +123,7 @@ class TrainingSettings:
         help="Diffusion: noise offset (a per-channel constant added to the noise; 0.05-0.1 is usual; 0 off).")
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckpointSettings:
     """Saving, resuming and exporting."""
 

@@ -22,7 +22,7 @@ from ..choices import (
 from ..declare import setting
 
 
-@dataclass
+@dataclass(frozen=True)
 class FsdpSettings:
     """Fully Sharded Data Parallel (torch FSDP2, or the deprecated v1)."""
 
@@ -90,7 +90,7 @@ class FsdpSettings:
              " follows cpu_ram_efficient_loading (accelerate forces it on with RAM-efficient loading).")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DeepspeedSettings:
     """DeepSpeed ZeRO. Either builder fields, or a raw config in DeepSpeed's own JSON structure (an inline
     table or a path to a .json file), which wins where both say something."""
@@ -149,7 +149,7 @@ class DeepspeedSettings:
         help="Pin host memory used for offload.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ContextParallelSettings:
     """Context (sequence) parallelism: ring CP on top of FSDP2 (size), or Ulysses sequence
     parallelism under DeepSpeed (sp_*); CUDA only."""

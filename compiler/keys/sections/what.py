@@ -13,7 +13,7 @@ from ..choices import DataFormat, ModelType, Pooling, TrainedFamily
 from ..declare import setting
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelSettings:
     """What is trained."""
 
@@ -69,7 +69,7 @@ class ModelSettings:
         help="InfoNCE temperature for embedding models.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataSettings:
     """Training data."""
 
@@ -165,7 +165,7 @@ class DataSettings:
              "trains on every token.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class OutputSettings:
     """Where results go."""
 

@@ -13,7 +13,7 @@ from ..choices import ClusterType, DynamoBackend, PlatformChoice, RdzvBackend
 from ..declare import setting
 
 
-@dataclass
+@dataclass(frozen=True)
 class HardwareSettings:
     """Where the run happens: target platform and topology."""
 
@@ -60,7 +60,7 @@ class HardwareSettings:
         help="Host RAM per machine for the fit check; 0 uses what is detected.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class AccelerateSettings:
     """How the accelerate config is produced."""
 
@@ -79,7 +79,7 @@ class AccelerateSettings:
              "...), written into accelerate.yaml as given. Context parallelism is context_parallel.size.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClusterSettings:
     """How the job is started on several machines: a Slurm batch script or Kubernetes manifests beside the
     artefacts (launch.sh is always written for multi-machine builds)."""
