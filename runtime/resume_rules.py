@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..compiler.keys.settings import TrainingSettings
 from ..compiler.plan.strategy import Strategy
 from .artefacts import RunError
 from .checkpoint import CheckpointMeta, HeldState
@@ -29,7 +30,7 @@ class Layout:
     world: int
 
     @classmethod
-    def of(cls, training, world: int) -> Layout:
+    def of(cls, training: TrainingSettings, world: int) -> Layout:
         """The layout of a run's ``[training]`` settings on `world` ranks."""
         return cls(training.micro_batch_size, training.gradient_accumulation_steps, world)
 

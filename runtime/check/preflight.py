@@ -16,11 +16,14 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...compiler.artefacts.emit import MANIFEST_JSON
 from ...compiler.keys import paths as K
 from .findings import Finding, fault, ok, skipped
+
+if TYPE_CHECKING:
+    from ..artefacts import Artefacts
 
 VERSIONED = ("tuner", "torch", "accelerate", "deepspeed", "transformers")
 GIB = 1024**3
@@ -48,7 +51,7 @@ def checkpoint_bytes(est) -> int:
     return n * 4 + n * 8
 
 
-def _estimate(arts):
+def _estimate(arts: Artefacts):
     from ...compiler.memory.estimate import estimate
 
     try:
@@ -172,12 +175,12 @@ def _nvme_problem(d: Path) -> str:
     return f"{d} does not exist or is not a directory" if not d.is_dir() else _writable(d)
 
 
-def _resolve(arts, value: str) -> Path:
+def _resolve(arts: Artefacts, value: str) -> Path:
     p = Path(value).expanduser()
     return p if p.is_absolute() else arts.base_dir / p
 
 
-def _known_faults(arts, m: str) -> list[Finding]:
+def _known_faults(arts: Artefacts, m: str) -> list[Finding]:
     """The compiler's known-fault warnings (compiler/plan/known_faults.py), kept in the manifest."""
     from ...compiler.plan.known_faults import FIXES, KNOWN
 

@@ -8,6 +8,9 @@ from dataclasses import replace
 
 from tuner.compiler.keys.choices import StateDictType
 from tuner.compiler.keys.settings import Settings
+from tuner.compiler.plan.plan import Plan
+from tuner.compiler.plan.strategy import Strategy, StrategyChoice
+from tuner.runtime.checkpoint import HeldState
 
 
 def valid_values(s: Settings) -> list[bool]:
@@ -35,3 +38,18 @@ def new_values(s: Settings) -> Settings:
     bad = replace(s.checkpoint, state_dict_type="FULL_STATE_DICT")  # E: incompatible type
     return replace(s, checkpoint=ok if ok == bad else bad)
 
+
+
+def frozen(s: Settings, p: Plan) -> None:
+    s.checkpoint.state_dict_type = "full"  # E: is read-only
+    s.training = s.training  # E: is read-only
+    p.uses_fsdp = True  # E: Property "uses_fsdp" defined in "Plan" is read-only
+
+
+def one_strategy_vocabulary(choice: StrategyChoice, held: HeldState, p: Plan) -> list[bool]:
+    return [
+        Strategy.chosen(choice).is_deepspeed, p.uses_deepspeed == p.strategy.is_deepspeed, choice == "deepspeed",
+        choice == "zero3",  # E: Non-overlapping equality check
+        held == "universal", held == "sharded",
+        held == "SHARDED_STATE_DICT",  # E: Non-overlapping equality check
+    ]
