@@ -112,3 +112,20 @@ def test_the_schemas_choices_are_read_from_the_types():
     assert closed >= 20
     with pytest.raises(TypeError, match="Literal"):
         setting("a", "A key.", choices=("a", "b"))
+
+
+def test_settings_are_built_frozen_for_every_reader():
+    """One frozen type for compiler, runtime and wizard: `Settings.from_dict` (what the runtime
+    reads a manifest with) and a default `Settings` refuse assignment in every section."""
+    import dataclasses
+
+    from tuner.compiler.keys.settings import Settings
+
+    for s in (Settings(), Settings.from_dict({"training": {"max_steps": 3}})):
+        for f in dataclasses.fields(s):
+            section = getattr(s, f.name)
+            first = dataclasses.fields(section)[0].name
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                setattr(s, f.name, section)
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                setattr(section, first, getattr(section, first))
