@@ -194,12 +194,13 @@ def _known_faults(arts: Artefacts, m: str) -> list[Finding]:
             for d in found]
 
 
-def local_findings(f: dict[str, Any], arts) -> list[Finding]:
+def local_findings(f: dict[str, Any], arts: Artefacts | None) -> list[Finding]:
     """Judge one machine's facts against the plan (`arts`: the build as loaded here, or None)."""
     m = f"machine {f['machine']}"
     out: list[Finding] = []
-    if "build_error" in f:
-        return [fault("build", m, f["build_error"], "copy the build directory to this machine (the same path), "
+    if "build_error" in f or arts is None:
+        return [fault("build", m, f.get("build_error", "the build did not load"),
+                      "copy the build directory to this machine (the same path), "
                       "or compile the same settings here with `tuner compile`")]
     out.append(ok("build", m, f"manifest {f['build_hash'][:12]}"))
     compiled = f.get("compiled_versions") or {}
@@ -255,7 +256,7 @@ def local_findings(f: dict[str, Any], arts) -> list[Finding]:
     return out
 
 
-def _interface_findings(f: dict[str, Any], m: str, arts) -> list[Finding]:
+def _interface_findings(f: dict[str, Any], m: str, arts: Artefacts) -> list[Finding]:
     out = []
     for var, value in f.get("ifname_env", {}).items():
         names = [n.lstrip("=") for n in value.lstrip("^").split(",") if n]
@@ -276,7 +277,7 @@ def _interface_findings(f: dict[str, Any], m: str, arts) -> list[Finding]:
                or f"routes: {', '.join(f.get('routes', [])) or 'loopback only'}")]
 
 
-def _gpu_findings(f: dict[str, Any], m: str, arts) -> list[Finding]:
+def _gpu_findings(f: dict[str, Any], m: str, arts: Artefacts) -> list[Finding]:
     g = f.get("gpus")
     if g is None:
         return [skipped("gpus", m, "not a GPU target")]
