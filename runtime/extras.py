@@ -58,9 +58,9 @@ def needed(arts: Artefacts, trains: bool) -> dict[str, str]:
     if trains:
         s = arts.settings
         need["transformers"] = "tuner's trainer"
-        if s.model.family in ("causal_lm", "embedding"):
+        if s.model.trained_family in ("causal_lm", "embedding"):
             need["datasets"] = "tuner's data layer"
-        if s.model.family == "diffusion":
+        if s.model.trained_family == "diffusion":
             need["diffusers"] = "model.family = \"diffusion\""
         if s.model.type == "lora":
             need["peft"] = "model.type = \"lora\""

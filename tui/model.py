@@ -18,6 +18,7 @@ from typing import Any
 from ..compiler import CompileResult, compile_text
 from ..compiler.diagnostics import Diagnostic, Diagnostics
 from ..compiler.keys import paths as K
+from ..compiler.keys.choices import trained_family
 from ..compiler.keys.schema import index
 from ..compiler.keys.settings import global_batch as batch_of
 from ..compiler.plan.strategy import Strategy, StrategyChoice, strategy_choice
@@ -274,11 +275,11 @@ class WizardState:
         if key.startswith("model.lora_"):
             return v[K.MODEL_TYPE] == "lora" or written
         if key in (K.MODEL_POOLING, K.MODEL_MRL_DIMS, K.MODEL_TEMPERATURE):
-            return v[K.MODEL_FAMILY] == "embedding" or written
+            return trained_family(v[K.MODEL_FAMILY]) == "embedding" or written
         if key == K.DATA_SEQ_LEN:
-            return v[K.MODEL_FAMILY] != "diffusion" or written
+            return trained_family(v[K.MODEL_FAMILY]) != "diffusion" or written
         if key == K.DATA_RESOLUTION:
-            return v[K.MODEL_FAMILY] == "diffusion" or written
+            return trained_family(v[K.MODEL_FAMILY]) == "diffusion" or written
         if key in (K.HARDWARE_MACHINE_RANK, K.HARDWARE_MAIN_PROCESS_IP, K.HARDWARE_MAIN_PROCESS_PORT,
                    K.HARDWARE_RDZV_BACKEND, K.HARDWARE_SAME_NETWORK):
             return v[K.HARDWARE_NUM_MACHINES] > 1 or written

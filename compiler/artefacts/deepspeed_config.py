@@ -248,7 +248,7 @@ def _zero(out: dict, s: Settings, explicit: AbstractSet[str], builder: bool,
     s = replace(s, deepspeed=replace(ds, zero_stage=cast(ZeroStage, stage)))
     hidden = [k for k in ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
                           "prefetch_bucket_size", "param_persistence_threshold") if zero.get(k) == "auto"]
-    if hidden and s.model.family == "diffusion":
+    if hidden and s.model.trained_family == "diffusion":
         diags.error(f"deepspeed.config.zero_optimization.{hidden[0]}",
                     "accelerate fills these 'auto' bucket sizes from model.config.hidden_size, which diffusion "
                     f"models do not have, so prepare would fail: {', '.join(hidden)}", "write numbers for them")

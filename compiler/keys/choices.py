@@ -15,7 +15,7 @@ No imports from the rest of tuner.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast, get_args
 
 # -- model, data (sections/what.py) ------------------------------------------------------
 ModelType = Literal["full", "lora"]
@@ -24,6 +24,13 @@ DataFormat = Literal["auto", "text", "chat", "instruction", "pairs"]
 #: The families `tuner run` trains. ``model.family`` itself is open (any other name compiles for
 #: the person's own trainer), so the key is a ``str`` and these are its offered choices.
 TrainedFamily = Literal["causal_lm", "embedding", "diffusion"]
+
+
+def trained_family(name: str) -> TrainedFamily | None:
+    """``model.family`` as one of the families `tuner run` trains, or None for another name;
+    compare this (``trained_family(f) == "embedding"``), not the open string, so that mypy
+    checks the word."""
+    return cast(TrainedFamily, name) if name in get_args(TrainedFamily) else None
 
 # -- sharding (sections/parallel.py) -----------------------------------------------------
 FsdpVersion = Literal[1, 2]

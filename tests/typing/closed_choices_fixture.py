@@ -16,7 +16,8 @@ from tuner.runtime.checkpoint import HeldState
 def valid_values(s: Settings) -> list[bool]:
     return [s.checkpoint.state_dict_type == "full", s.fsdp.version == 2, s.deepspeed.zero_stage == 3,
             s.training.mixed_precision in ("bf16", "fp16"), s.fsdp.backward_prefetch is None,
-            s.deepspeed.offload_optimizer != "none", s.model.type == "lora", s.data.format == "chat"]
+            s.deepspeed.offload_optimizer != "none", s.model.type == "lora", s.data.format == "chat",
+            s.model.trained_family == "embedding", s.model.family == "ltxvideo2"]
 
 
 def out_of_choices(s: Settings) -> list[bool]:
@@ -26,6 +27,7 @@ def out_of_choices(s: Settings) -> list[bool]:
         s.deepspeed.zero_stage == "3",  # E: Non-overlapping equality check
         s.training.mixed_precision == "bfloat16",  # E: Non-overlapping equality check
         s.model.type != "qlora",  # E: Non-overlapping equality check
+        s.model.trained_family == "embeding",  # E: Non-overlapping equality check
     ]
 
 

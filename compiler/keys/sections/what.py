@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar, get_args
 
 from ...canonical import spellings
-from ..choices import DataFormat, ModelType, Pooling, TrainedFamily
+from ..choices import DataFormat, ModelType, Pooling, TrainedFamily, trained_family
 from ..declare import setting
 
 
@@ -26,6 +26,7 @@ class ModelSettings:
              "diffusion (diffusers denoiser). Known names such as sdxl, flux, llama or bert are accepted "
              "and normalised; any other name (ltxvideo2, a SimpleTuner family) compiles, but tuner run "
              "refuses it.")
+
     flavour: str = setting(
         "", aliases=("model_flavour",), order=1,
         help="Family variant, e.g. unet or transformer for diffusion; free text otherwise. Part of the "
@@ -67,6 +68,11 @@ class ModelSettings:
     temperature: float = setting(
         0.05, aliases=("temperature",), exclusive_minimum=0, order=10,
         help="InfoNCE temperature for embedding models.")
+
+    @property
+    def trained_family(self) -> TrainedFamily | None:
+        """`family` as one `tuner run` trains, or None (`choices.trained_family`)."""
+        return trained_family(self.family)
 
 
 @dataclass(frozen=True)
