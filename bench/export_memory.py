@@ -1,7 +1,7 @@
 """Peak memory of `tuner checkpoint export` (streamed) against the bound, and its bytes against
 the full-state path's, on a locally made Llama of about 107M parameters (428 MB in fp32).
 
-    python bench/export_memory.py [--kinds ddp,fsdp2,fsdp2_full,zero2,zero3] [--shard 100MB] [--keep DIR]
+    python bench/export_memory.py [--kinds ddp,fsdp2,fsdp2_full,zero1,zero2,zero2_offload,zero3] [--shard 100MB] [--keep DIR]
 
 For each checkpoint kind: one `tuner run` on two gloo ranks (1 step, a checkpoint at step 1),
 then two exports of that checkpoint, each in a fresh process:
@@ -36,7 +36,9 @@ sys.path.insert(0, str(REPO))
 
 FSDP2 = {"enabled": True, "version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}
 KINDS = {"ddp": {}, "fsdp2": {"fsdp": FSDP2}, "fsdp2_full": {"fsdp": FSDP2, "checkpoint": {"state_dict_type": "full"}},
+         "zero1": {"deepspeed": {"enabled": True, "zero_stage": 1}},
          "zero2": {"deepspeed": {"enabled": True, "zero_stage": 2}},
+         "zero2_offload": {"deepspeed": {"enabled": True, "zero_stage": 2, "offload_optimizer": "cpu"}},
          "zero3": {"deepspeed": {"enabled": True, "zero_stage": 3}}}
 #: 15 layers, 768 wide, MLP 2048, the bundled 512-token vocabulary: 107M parameters.
 SHAPE = {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 15, "num_attention_heads": 12,
@@ -50,6 +52,7 @@ import torch, safetensors.torch, huggingface_hub, torch.distributed.checkpoint
 from tuner.runtime import checkpoint as ck
 from tuner.runtime.export import export_checkpoint, full_state_dict
 from tuner.runtime.export_sources import open_source
+from tuner.runtime.export_zero import open_zero
 from tuner.compiler.keys.settings import Settings
 from tuner.runtime.families import get_family
 from tuner.runtime.families.base import FamilyContext
