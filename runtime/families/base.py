@@ -12,8 +12,8 @@ Life cycle in one rank of `tuner run` (the trainer's order)::
     fam = get_family(settings.model.family)(ctx)
     model = fam.build_model()                       # same seed on every rank
     fam.prepare_model(model)                        # gradient checkpointing, LoRA, dtype
-    train_ds, val_ds = fam.build_datasets()
-    loader = DataLoader(train_ds, collate_fn=fam.collate, ...)
+    data = data_sources.driver.rank_data(fam)       # file -> batch, through the hooks below
+    loader = DataLoader(data.train, collate_fn=data.collate, ...)
     ... accelerator.prepare(model, optimizer, loader, scheduler) ...
     loss = fam.loss(model, batch)                   # model is the prepared (wrapped) model
     metrics = fam.evaluate(model, val_loader, accelerator)
@@ -21,6 +21,14 @@ Life cycle in one rank of `tuner run` (the trainer's order)::
 
 `tuner checkpoint export` builds the family from a checkpoint's manifest and calls only
 `export`, so `export` must not need a trained model object.
+
+The data path is runtime/data_sources/'s (`driver.py`): reading, formats, templates, packing,
+streaming, tokenising, collation, batch sampling. A family answers its data hooks only: a
+language model returns `TextData` from `text_data` (its tokenizer, whether its attention takes
+packed rows) and the driver does the rest; any other family returns None there and maps the
+rows data_sources' readers give to its examples in `build_datasets` (with `collate` and
+`batch_sampler`). Every optional method is declared here with its default, so the trainer and
+the commands call it without looking it up.
 
 Rules for implementers:
 
@@ -99,6 +107,16 @@ class FamilyContext:
         return p if p.is_absolute() else (self.base_dir / p)
 
 
+@dataclass(frozen=True)
+class TextData:
+    """What a language-model family gives the data driver (runtime/data_sources/driver.py)."""
+
+    tokenizer: Any
+    """Its tokenizer (the driver sets ``data.chat_template`` on it when given)."""
+    packed: bool
+    """Whether rows are packed (position ids, no attention mask); else padded batches."""
+
+
 class Family:
     """Base class of model families. Subclasses override what their family needs."""
 
@@ -106,10 +124,15 @@ class Family:
     name: str = ""
     #: Unit counted by `batch_units` (shown as "<unit>/s" in the progress bar).
     unit: str = "samples"
+    #: Whether `export_streamed` writes an export shard by shard (else `export` gets the full state).
+    streams_export: bool = False
 
     def __init__(self, ctx: FamilyContext) -> None:
         self.ctx = ctx
         self.settings = ctx.settings
+        #: This rank's streamed training rows (`data_sources.stream.StreamRows`) when the data
+        #: is streamed (the driver sets it): its position is saved with every checkpoint.
+        self.stream: Any = None
 
     # -- model ----------------------------------------------------------------------
     def build_model(self, meta: bool = False) -> torch.nn.Module:
@@ -134,11 +157,23 @@ class Family:
         """Parameters the optimizer updates (default: every parameter that requires grad)."""
         return [p for p in model.parameters() if p.requires_grad]
 
-    # -- data -----------------------------------------------------------------------
+    # -- data (runtime/data_sources/driver.py drives; these are the family's answers) ---------
+    def text_data(self) -> TextData | None:
+        """A language model's tokenizer and packing (the driver builds the rows and batches);
+        None (the default): the family builds its examples in `build_datasets`."""
+        return None
+
     def build_datasets(self) -> tuple[Dataset, Dataset | None]:
-        """(train, validation) map-style datasets; validation may be None. Must give the same
-        result on every rank (the trainer's sampler shards them)."""
+        """(train, validation) map-style datasets of the family's examples, from the rows
+        runtime/data_sources/'s readers give; validation may be None. Must give the same
+        result on every rank (the trainer's sampler shards them). Not called when
+        `text_data` answers."""
         raise NotImplementedError
+
+    def check_data(self) -> str | None:
+        """Before any rank starts (`tuner run`'s launcher): read and check the data; one
+        summary line, or None (the default) when there is nothing to check before the ranks."""
+        return None
 
     def collate(self, samples: list[Any]) -> dict[str, torch.Tensor]:
         """Turn a list of dataset items into a batch of tensors."""
@@ -157,6 +192,10 @@ class Family:
         """How many `unit`s a batch holds (tokens for language models)."""
         first = next(iter(batch.values()))
         return int(first.shape[0])
+
+    def step_metrics(self) -> dict[str, float]:
+        """Metrics of the batches since the last call, logged with each step (default: none)."""
+        return {}
 
     # -- optimisation ---------------------------------------------------------------
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -185,6 +224,12 @@ class Family:
         model `build_model` returns (after `prepare_model`), as CPU tensors. Rank 0 only."""
         raise NotImplementedError
 
+    def export_streamed(self, source: Any, out_dir: Path, max_shard_size: Any) -> bool:
+        """`export`'s files written shard by shard from a checkpoint's `Source` (never the
+        whole model in memory); False when it cannot this time, and `export` runs. Called only
+        when `streams_export` is True."""
+        return False
+
     # -- run hooks (optional; all no-ops by default) -----------------------------------
     # Called by the trainer on EVERY rank, so a hook may use collectives.
     def on_prepared(self, model: torch.nn.Module, accelerator: Any) -> None:
@@ -194,10 +239,16 @@ class Family:
         """After each optimizer step (``step`` is the new step count), e.g. an EMA update."""
 
     def save_state(self, folder: Path, accelerator: Any) -> None:
-        """Add family state (e.g. EMA) to a checkpoint folder being written (before it is published)."""
+        """Add family state (e.g. EMA) to a checkpoint folder being written (before it is
+        published). The default saves a stream's position (``data_stream_rank<R>.json``)."""
+        if self.stream is not None:
+            self.stream.save(folder)
 
     def load_state(self, folder: Path, accelerator: Any) -> None:
         """Restore what `save_state` wrote, after ``accelerator.load_state`` on resume."""
+        if self.stream is not None and not self.stream.load(folder):
+            raise FamilyError(f"{folder} holds no stream position for rank {self.ctx.rank} (data_stream_rank"
+                              f"{self.ctx.rank}.json); resume a streamed run from a checkpoint it wrote")
 
     def on_train_end(self, model: torch.nn.Module, accelerator: Any) -> None:
         """After the last step, before `export` (e.g. gather EMA weights for export)."""

@@ -46,6 +46,7 @@ def _train_rows(run_dir):
     from pathlib import Path
 
     from tuner.compiler.keys.settings import Settings
+    from tuner.runtime.data_sources.driver import rank_data
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.causal_lm import CausalLMFamily
 
@@ -53,7 +54,7 @@ def _train_rows(run_dir):
 
     s = Settings()
     s.data.path, s.data.validation_path, s.data.seq_len = "train.jsonl", "val.jsonl", 32
-    train, _ = CausalLMFamily(FamilyContext(s, Path(run_dir))).build_datasets()
+    train = rank_data(CausalLMFamily(FamilyContext(s, Path(run_dir)))).train
     return row_keys({"input_ids": train.rows})
 
 
@@ -136,12 +137,13 @@ def _rows_tensor(run_dir):
     from pathlib import Path
 
     from tuner.compiler.keys.settings import Settings
+    from tuner.runtime.data_sources.driver import rank_data
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.causal_lm import CausalLMFamily
 
     s = Settings()
     s.data.path, s.data.validation_path, s.data.seq_len = "train.jsonl", "val.jsonl", 32
-    train, _ = CausalLMFamily(FamilyContext(s, Path(run_dir))).build_datasets()
+    train = rank_data(CausalLMFamily(FamilyContext(s, Path(run_dir)))).train
     return train.rows
 
 

@@ -1,0 +1,162 @@
+"""The one data driver: file -> batch for every family, the same sequence for the check before
+any rank starts (`tuner run`'s launcher, `tuner check`, `tuner data`) and for the training ranks.
+
+A family supplies only what is its own, through the hooks `Family` declares (families/base.py):
+
+* a language model: `Family.text_data` (its tokenizer, and whether its attention takes packed
+  rows); the driver does the rest here: the source, the chat template (``data.chat_template``),
+  format detection, tokenising in pieces (cached by `datasets`), packing or padding, the
+  validation rows, a stream split across ranks, collation;
+* any other family: `Family.build_datasets` maps the rows this folder's readers give (image and
+  caption folders, pairs) to its examples, `Family.collate` / `Family.batch_sampler` batch
+  them (the bucket sampler is `buckets.py`'s).
+
+`rank_data` is what a rank trains on (`RankData`); `check_data` is the launcher's check (one
+summary line, or a `DataError`), which also fills the tokenised cache the ranks then read.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...compiler.keys import paths as K
+from .causal import Pipeline, Stats, main_process_first, pad_id
+from .chat import load_template
+from .encode import Encoder
+from .errors import DataError
+from .packing import collate_rows
+from .rows import RowsDataset
+from .stream import StreamRows
+
+if TYPE_CHECKING:
+    from ..families.base import Family, TextData
+
+#: Rows of a streamed set that are encoded before the ranks start.
+STREAM_CHECK_ROWS = 200
+
+
+def bundled_corpus() -> Path:
+    """What ``data.path = "builtin"`` names for a language model: the corpus tuner ships."""
+    return Path(str(resources.files("tuner.runtime") / "data" / "corpus.jsonl"))
+
+
+@dataclass
+class RankData:
+    """What one rank trains on: the datasets, how a batch is made of their items, and the
+    batch sampler (None: the trainer batches by ``micro_batch_size``)."""
+
+    train: Any
+    val: Any | None
+    collate: Callable[[list[Any]], dict[str, Any]]
+    sampler: Callable[[Any, Any, int, bool], Any]
+    stats: dict[str, Any] = field(default_factory=dict)
+    packed: bool | None = None
+    stream: StreamRows | None = None
+
+    @property
+    def streamed(self) -> bool:
+        """A stream's length is unknown (the run counts steps) and each rank reads its own part."""
+        return self.stream is not None
+
+    def batch_sampler(self, ds: Any, training: Any, world: int, shuffle: bool) -> Any:
+        return self.sampler(ds, training, world, shuffle)
+
+
+def _no_sampler(ds: Any, training: Any, world: int, shuffle: bool) -> None:
+    return None
+
+
+def text_pipeline(text: TextData, settings: Any, base_dir: Path) -> Pipeline:
+    """The language-model pipeline for the family's tokenizer, ``data.chat_template`` set on it."""
+    tok = text.tokenizer
+    template = load_template(settings.data.chat_template, base_dir)
+    if template and tok.chat_template != template:
+        tok.chat_template = template
+    pipe = Pipeline(tok, settings.data, base_dir, bundled_corpus())
+    pipe.packed = text.packed
+    return pipe
+
+
+def text_sets(pipe: Pipeline) -> tuple[Any, Any | None, Stats]:
+    """(train, validation, Stats): the one sequence the check and the ranks both run. A streamed
+    training set is (Source, stream), encoded as it is read."""
+    d = pipe.d
+    train, stats = pipe.build("train")
+    val = None
+    if d.validation_path:
+        val, _ = pipe.build("validation")
+    elif not d.streaming:
+        train, val = pipe.split_validation(train, stats)
+    return train, val, stats
+
+
+def rank_data(fam: Family, world: int | None = None) -> RankData:
+    """What this rank (``fam.ctx.rank`` of `world`, default ``fam.ctx.world_size``) trains on."""
+    world = fam.ctx.world_size if world is None else world
+    text = fam.text_data()
+    if text is None:
+        train, val = fam.build_datasets()
+        return RankData(train, val, fam.collate, fam.batch_sampler)
+    s = fam.settings
+    pipe = text_pipeline(text, s, fam.ctx.base_dir)
+    with main_process_first():  # rank 0 fills the cache, the others read it
+        train, val, stats = text_sets(pipe)
+    stream = None
+    if s.data.streaming:
+        src, ds = train
+        enc = Encoder(pipe.tok, stats.format, s.data, src.where())
+        train = stream = StreamRows(ds, enc, lambda: pipe.stream_packer(stats.format), fam.ctx.rank, world,
+                                    fam.ctx.seed)
+    else:
+        train = RowsDataset(train, pipe.packed)
+    fam.stream = stream  # its position is saved with each checkpoint (Family.save_state)
+    collate = functools.partial(collate_rows, pad_id=pad_id(pipe.tok), packed=pipe.packed)
+    return RankData(train, RowsDataset(val, pipe.packed) if val is not None and len(val) else None, collate,
+                    _no_sampler, stats.to_dict(), pipe.packed, stream)
+
+
+def check_data(fam: Family) -> str | None:
+    """Before any rank starts: open and check the data (a language model's is tokenised and
+    packed into the cache the ranks read; a stream is checked on its first rows). One summary
+    line, or None when the family checks nothing."""
+    text = fam.text_data()
+    if text is None:
+        return fam.check_data()
+    s = fam.settings
+    d, t = s.data, s.training
+    if d.streaming and t.max_steps <= 0:
+        raise DataError(K.DATA_STREAMING, "a stream's length is unknown, so the run needs a step count",
+                        "set training.max_steps")
+    pipe = text_pipeline(text, s, fam.ctx.base_dir)
+    train, val, stats = text_sets(pipe)
+    if d.streaming:
+        src, ds = train
+        enc = Encoder(pipe.tok, stats.format, d, src.where())
+        n = 0
+        for i, row in enumerate(ds):
+            enc.one(row, i)
+            n += 1
+            if n >= STREAM_CHECK_ROWS:
+                break
+        return f"data: {src.label} ({stats.format}, streamed; the first {n} rows checked)"
+    need = t.micro_batch_size * fam.ctx.world_size * t.gradient_accumulation_steps
+    if len(train) < need:
+        raise DataError(", ".join(d.files) or d.path,
+                        f"{len(train)} training rows after packing, fewer than one optimizer step needs "
+                        f"(micro_batch_size {t.micro_batch_size} x {fam.ctx.world_size} ranks x "
+                        f"gradient_accumulation_steps {t.gradient_accumulation_steps} = {need})",
+                        "add data, or lower the batch or data.seq_len")
+    return summary(", ".join(d.files) or d.path, stats, d.seq_len, pipe.packed, len(val) if val is not None else 0)
+
+
+def summary(label: str, stats: Stats, seq_len: int, packed: bool, val_rows: int) -> str:
+    how = f"packed into {stats.rows} rows of {seq_len} tokens" if packed else f"{stats.rows} padded rows"
+    dropped = f", {stats.dropped_for_length} dropped (longer than data.seq_len)" if stats.dropped_for_length else ""
+    pad = f", padding {stats.padding_ratio:.0%}" if packed else ""
+    val = f"; {val_rows} validation rows" if val_rows else ""
+    return f"data: {label} ({stats.format}): {stats.documents} documents {how}{dropped}{pad}{val}"
