@@ -54,8 +54,8 @@ def arm(root: Path, cached: bool, args) -> tuple[float, float]:
     """(steps/s, cache build seconds) of one arm."""
     from torch.utils.data import DataLoader
     from tuner.compiler.keys.settings import Settings
+    from tuner.runtime.data_sources.buckets import BucketBatchSampler
     from tuner.runtime.families.base import FamilyContext
-    from tuner.runtime.families.diffusion.buckets import BucketBatchSampler
     from tuner.runtime.families.diffusion.family import DiffusionFamily
 
     s = Settings.from_dict({"model": {"family": "diffusion", "path": str(root / "sd")},

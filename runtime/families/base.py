@@ -45,7 +45,7 @@ Rules for implementers:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,32 +59,6 @@ if TYPE_CHECKING:  # torch is imported by the runtime, never by the compiler
 
 class FamilyError(Exception):
     """A problem the user can fix (bad model path, unreadable data): printed without a traceback."""
-
-
-def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line of a JSONL data file.
-
-    Every problem is a `FamilyError` naming the file (and line): missing file, bad JSON,
-    a line that is not an object.
-    """
-    import json
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FamilyError(f"data file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FamilyError(f"cannot read {path}: {exc}") from None
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise FamilyError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
-        if not isinstance(item, dict):
-            raise FamilyError(f"{path}:{n}: each line must be a JSON object")
-        yield n, item
 
 
 @dataclass

@@ -21,7 +21,7 @@ import torch
 from tuner.commands.cli import main as tuner_main
 from tuner.compiler.keys.settings import Settings
 from tuner.runtime.families.base import FamilyContext
-from tuner.runtime.families.diffusion.buckets import BucketBatchSampler
+from tuner.runtime.data_sources.buckets import BucketBatchSampler
 from tuner.runtime.families.diffusion.family import DiffusionFamily
 
 CAPTIONS = ["a red square", "a blue circle", "a green triangle", "a yellow star"]
@@ -125,7 +125,7 @@ import sys, time
 from pathlib import Path
 from tuner.compiler.keys.settings import Settings
 from tuner.runtime.families.base import FamilyContext
-from tuner.runtime.families.diffusion import cache
+from tuner.runtime.data_sources import latent_cache as cache
 from tuner.runtime.families.diffusion.family import DiffusionFamily
 
 save = cache.LatentCache.save
@@ -196,7 +196,7 @@ def test_two_ranks_split_the_missing_entries_and_each_encodes_its_share_once(tmp
     exactly one rank, both ranks return only when all exist; a rebuild encodes nothing."""
     import threading
 
-    from tuner.runtime.families.diffusion.cache import Entry, LatentCache
+    from tuner.runtime.data_sources.latent_cache import Entry, LatentCache
 
     entries = [Entry("latent", f"{i:064x}", i, (8, 8)) for i in range(9)] + [
         Entry("text", f"{100 + i:064x}", f"caption {i}") for i in range(5)]

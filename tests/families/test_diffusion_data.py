@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from tuner.compiler.keys.settings import Settings
 from tuner.runtime.families.base import FamilyContext, FamilyError
-from tuner.runtime.families.diffusion.data import ImageDataset
+from tuner.runtime.data_sources.image_sets import ImageDataset
 from tuner.runtime.families.diffusion.family import DiffusionFamily
 
 CAPTIONS = ["a red square", "a blue circle", "a green triangle", "a yellow star"]

@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .cache import Entry, LatentCache, digest, folder_fingerprint
+from ...data_sources.image_sets import ImageDataset, image_digest, load_image
+from ...data_sources.latent_cache import Entry, LatentCache, digest, folder_fingerprint
 from .conditioning import TINY_TEXT_LEN, vae_latents
-from .data import ImageDataset, image_digest, load_image
 
 #: The family (`family.DiffusionFamily`; not imported: it imports this module).
 DiffusionFamily = Any

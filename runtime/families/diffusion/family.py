@@ -12,17 +12,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ...data_sources.buckets import BucketBatchSampler
+from ...data_sources.image_sets import DATA_DIR, ImageDataset, load_image, split_rows, validation_prompts
+from ...data_sources.images import check_captions, is_dataset_source, read_image_dataset, read_image_folder
 from ..base import Family, FamilyContext, FamilyError
 from ..lora import apply_lora
-from .buckets import BucketBatchSampler
 from .conditioning import TextConditioner, load_text_conditioner, load_vae, vae_latents
-from .data import DATA_DIR, ImageDataset, load_image, split_rows, validation_prompts
 from .denoiser import DEFAULT_BY_FLAVOUR, DENOISER_DIRS, is_flow_matching, noisy_inputs, tiny_denoiser_config
 from .ema import EMA
 from .family_export import export
 from .objectives import Objective
 from .pipeline import make_pipeline, save_images
-from .sources import check_captions, is_dataset_source, read_image_dataset, read_image_folder
 from .tuner_pipeline import denoise, kind_of
 
 #: Default LoRA targets: the attention projections of diffusers' attention blocks.

@@ -7,10 +7,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ...data_sources.pairs import PairCollator, PairDataset, batch_size_of, read_pairs, split_pairs
 from ..base import Family, FamilyContext, FamilyError
 from ..lora import apply_lora
 from ..text import build_tiny_tokenizer, load_padded_tokenizer
-from .data import PairCollator, PairDataset, batch_size_of, read_pairs, split_pairs
 from .evaluate import gather_heldout, retrieval_report
 from .export import export_embedding_model
 from .loss import contrastive_loss
