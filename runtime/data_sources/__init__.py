@@ -2,7 +2,8 @@
 
 * `driver`  - the one driver: `rank_data` (what a rank trains on: datasets, collate, batch
   sampler) and `check_data` (the check before any rank starts), one sequence for both; a
-  family answers only its hooks (`Family.text_data`, or `build_datasets` for its examples).
+  family answers only its hooks (`Family.data_recipe`, `Family.prepare_examples`).
+* `image_batches` - a diffusion model's image sets and batches.
 * `source`  - local files (json/jsonl, parquet, csv, arrow, text), globs, ``save_to_disk``
   folders, a split, streaming; hub names refused; unreadable files named with row and fix.
 * `chat`    - a conversation rendered with the tokenizer's chat template, loss mask from

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .driver import check_data
-
 
 def check_run_data(arts) -> str | None:
     """The summary line of the run's data, or None when its family checks nothing here.
@@ -17,6 +15,7 @@ def check_run_data(arts) -> str | None:
     from ..artefacts import RunError
     from ..families import FamilyError, get_family
     from ..families.base import FamilyContext
+    from .driver import check_data
 
     s = arts.settings
     try:

@@ -1,15 +1,19 @@
 """The one data driver: file -> batch for every family, the same sequence for the check before
 any rank starts (`tuner run`'s launcher, `tuner check`, `tuner data`) and for the training ranks.
 
-A family supplies only what is its own, through the hooks `Family` declares (families/base.py):
+A family supplies only what is its own, through the hooks `Family` declares (families/base.py,
+its answer to `data_recipe` shaped by families/recipes.py):
 
-* a language model: `Family.text_data` (its tokenizer, and whether its attention takes packed
-  rows); the driver does the rest here: the source, the chat template (``data.chat_template``),
-  format detection, tokenising in pieces (cached by `datasets`), packing or padding, the
-  validation rows, a stream split across ranks, collation;
-* any other family: `Family.build_datasets` maps the rows this folder's readers give (image and
-  caption folders, pairs) to its examples, `Family.collate` / `Family.batch_sampler` batch
-  them (the bucket sampler is `buckets.py`'s).
+* a language model (`TextData`: its tokenizer, whether its attention takes packed rows): the
+  source, the chat template (``data.chat_template``), format detection, tokenising in pieces
+  (cached by `datasets`), packing or padding, the validation rows, a stream split across
+  ranks, collation, all here;
+* an embedding model (`PairData`: its tokenizer): the pairs (`pairs.py`), the hold-out, the
+  tokenised batches;
+* a diffusion model (`ImageData`: its bucket multiple, its caption tokenizer): the images and
+  captions (`images.py`), each at its aspect bucket (`image_sets.py`), the batches
+  (`image_batches.py`), the bucket sampler (`buckets.py`); `Family.prepare_examples` then
+  encodes the latent cache with the family's VAE and text encoder.
 
 `rank_data` is what a rank trains on (`RankData`); `check_data` is the launcher's check (one
 summary line, or a `DataError`), which also fills the tokenised cache the ranks then read.
@@ -25,16 +29,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...compiler.keys import paths as K
+from .buckets import bucket_sampler
 from .causal import Pipeline, Stats, main_process_first, pad_id
 from .chat import load_template
 from .encode import Encoder
 from .errors import DataError
+from .image_batches import collate_images, image_sets
 from .packing import collate_rows
+from .pairs import PairCollator, pair_sets
 from .rows import RowsDataset
 from .stream import StreamRows
 
 if TYPE_CHECKING:
-    from ..families.base import Family, TextData
+    from ..families.base import Family
+    from ..families.recipes import TextData
 
 #: Rows of a streamed set that are encoded before the ranks start.
 STREAM_CHECK_ROWS = 200
@@ -97,11 +105,23 @@ def text_sets(pipe: Pipeline) -> tuple[Any, Any | None, Stats]:
 
 def rank_data(fam: Family, world: int | None = None) -> RankData:
     """What this rank (``fam.ctx.rank`` of `world`, default ``fam.ctx.world_size``) trains on."""
+    from ..families.recipes import ImageData, PairData
+
     world = fam.ctx.world_size if world is None else world
-    text = fam.text_data()
-    if text is None:
-        train, val = fam.build_datasets()
-        return RankData(train, val, fam.collate, fam.batch_sampler)
+    recipe = fam.data_recipe()
+    s = fam.settings
+    if isinstance(recipe, PairData):
+        train, val = pair_sets(s.data, fam.ctx.base_dir, fam.ctx.seed)
+        return RankData(train, val, PairCollator(recipe.tokenizer, s.data.seq_len), _no_sampler)
+    if isinstance(recipe, ImageData):
+        images, held_out = image_sets(recipe, s.data, fam.ctx)
+        fam.prepare_examples(images, held_out)  # e.g. the latent cache, with the family's encoders
+        return RankData(images, held_out, functools.partial(collate_images, tokenize=recipe.tokenize),
+                        functools.partial(bucket_sampler, seed=fam.ctx.seed))
+    return _text_rank_data(fam, recipe, world)
+
+
+def _text_rank_data(fam: Family, text: TextData, world: int) -> RankData:
     s = fam.settings
     pipe = text_pipeline(text, s, fam.ctx.base_dir)
     with main_process_first():  # rank 0 fills the cache, the others read it
@@ -124,9 +144,15 @@ def check_data(fam: Family) -> str | None:
     """Before any rank starts: open and check the data (a language model's is tokenised and
     packed into the cache the ranks read; a stream is checked on its first rows). One summary
     line, or None when the family checks nothing."""
-    text = fam.text_data()
-    if text is None:
-        return fam.check_data()
+    from ..families.recipes import PairData, TextData
+
+    recipe = fam.data_recipe()
+    if isinstance(recipe, PairData):
+        train, val = pair_sets(fam.settings.data, fam.ctx.base_dir, fam.ctx.seed)
+        return f"data: {fam.settings.data.path}: {len(train)} training pairs, {len(val) if val else 0} held out"
+    if not isinstance(recipe, TextData):
+        return None  # images are read on the ranks (every image is opened for its bucket)
+    text = recipe
     s = fam.settings
     d, t = s.data, s.training
     if d.streaming and t.max_steps <= 0:

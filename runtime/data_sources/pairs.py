@@ -104,3 +104,23 @@ def batch_size_of(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
     """(pairs, hard negatives per pair) of a stacked batch from `PairCollator`."""
     n_neg = int(batch["num_negatives"])
     return int(batch["input_ids"].shape[0]) // (2 + n_neg), n_neg
+
+
+def pair_sets(settings_data: Any, base_dir: Path, seed: int) -> tuple[PairDataset, PairDataset | None]:
+    """(train, validation) pairs of ``data.path``: ``data.validation_path``, or the seeded
+    ``data.validation_split`` hold-out (the same on every rank)."""
+    d = settings_data
+
+    def at(path: str) -> Path:
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else base_dir / p
+
+    try:
+        rows = read_pairs("builtin" if d.path == "builtin" else at(d.path), d)
+        if d.validation_path:
+            train, val = rows, read_pairs(at(d.validation_path), d)
+        else:
+            train, val = split_pairs(rows, d.validation_split, seed=seed)
+    except (OSError, ValueError) as exc:
+        raise FamilyError(f"embedding data: {exc}") from None
+    return PairDataset(train), (PairDataset(val) if val else None)

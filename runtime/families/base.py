@@ -23,12 +23,12 @@ Life cycle in one rank of `tuner run` (the trainer's order)::
 `export`, so `export` must not need a trained model object.
 
 The data path is runtime/data_sources/'s (`driver.py`): reading, formats, templates, packing,
-streaming, tokenising, collation, batch sampling. A family answers its data hooks only: a
-language model returns `TextData` from `text_data` (its tokenizer, whether its attention takes
-packed rows) and the driver does the rest; any other family returns None there and maps the
-rows data_sources' readers give to its examples in `build_datasets` (with `collate` and
-`batch_sampler`). Every optional method is declared here with its default, so the trainer and
-the commands call it without looking it up.
+streaming, tokenising, collation, batch sampling. A family answers its data hooks only:
+`data_recipe` (`recipes.py`: a language model's tokenizer and packing, an embedding model's
+tokenizer, a diffusion model's bucket multiple and caption tokenizer) and `prepare_examples`
+(rows to the family's own examples where they need its models: diffusion's latent cache).
+Every optional method is declared here with its default, so the trainer and the commands
+call it without looking it up.
 
 Rules for implementers:
 
@@ -39,7 +39,6 @@ Rules for implementers:
 * `loss` receives the wrapped model (DDP, FSDP, DeepSpeed engine); call it, do not reach
   into ``.module``. Return a scalar tensor averaged over the batch's own units (tokens,
   pairs, images); the trainer does the averaging across ranks and accumulation steps.
-* `collate` must produce tensors only (accelerate moves them to the device).
 * `batch_units` says how many tokens (or samples) a batch holds, for throughput.
 """
 
@@ -52,9 +51,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch is imported by the runtime, never by the compiler
     import torch
-    from torch.utils.data import Dataset
 
     from ...compiler.keys.settings import Settings
+    from .recipes import DataRecipe
 
 
 class FamilyError(Exception):
@@ -79,16 +78,6 @@ class FamilyContext:
     def resolve(self, path: str) -> Path:
         p = Path(path).expanduser()
         return p if p.is_absolute() else (self.base_dir / p)
-
-
-@dataclass(frozen=True)
-class TextData:
-    """What a language-model family gives the data driver (runtime/data_sources/driver.py)."""
-
-    tokenizer: Any
-    """Its tokenizer (the driver sets ``data.chat_template`` on it when given)."""
-    packed: bool
-    """Whether rows are packed (position ids, no attention mask); else padded batches."""
 
 
 class Family:
@@ -132,35 +121,16 @@ class Family:
         return [p for p in model.parameters() if p.requires_grad]
 
     # -- data (runtime/data_sources/driver.py drives; these are the family's answers) ---------
-    def text_data(self) -> TextData | None:
-        """A language model's tokenizer and packing (the driver builds the rows and batches);
-        None (the default): the family builds its examples in `build_datasets`."""
-        return None
-
-    def build_datasets(self) -> tuple[Dataset, Dataset | None]:
-        """(train, validation) map-style datasets of the family's examples, from the rows
-        runtime/data_sources/'s readers give; validation may be None. Must give the same
-        result on every rank (the trainer's sampler shards them). Not called when
-        `text_data` answers."""
+    def data_recipe(self) -> DataRecipe:
+        """What the data driver needs from this family (`recipes.py`): a language model's
+        tokenizer and packing, an embedding model's tokenizer, a diffusion model's bucket
+        multiple and caption tokenizer."""
         raise NotImplementedError
 
-    def check_data(self) -> str | None:
-        """Before any rank starts (`tuner run`'s launcher): read and check the data; one
-        summary line, or None (the default) when there is nothing to check before the ranks."""
-        return None
-
-    def collate(self, samples: list[Any]) -> dict[str, torch.Tensor]:
-        """Turn a list of dataset items into a batch of tensors."""
-        import torch.utils.data
-
-        return torch.utils.data.default_collate(samples)
-
-    def batch_sampler(self, ds: Dataset, training: Any, world: int, shuffle: bool) -> Any:
-        """A batch sampler over `ds` (`training`: the ``[training]`` settings), all ranks
-        together (accelerate gives micro-batch ``i`` to rank ``i % world``), with
-        ``batch_size``, ``drop_last`` and ``len``; None (the default) lets the trainer batch
-        `ds` itself. ``shuffle`` is False for validation."""
-        return None
+    def prepare_examples(self, train: Any, val: Any | None) -> None:
+        """After the driver built the datasets, on every rank: turn rows into the family's
+        own examples where they need its models (a diffusion model encodes latents and
+        caption embeddings into its cache). Default: nothing."""
 
     def batch_units(self, batch: dict[str, torch.Tensor]) -> int:
         """How many `unit`s a batch holds (tokens for language models)."""

@@ -4,7 +4,7 @@ Model: ``model.path`` is a local directory (``AutoModelForCausalLM.from_pretrain
 ``builtin`` / ``builtin:NAME`` for a tiny configuration built locally (see `BUILTIN`).
 Data: any local source Hugging Face `datasets` reads, in chat, instruction or raw-text format,
 tokenised once (cached), loss-masked and packed with per-document position ids: see
-runtime/data_sources/, which builds them from the tokenizer and packing `text_data` gives
+runtime/data_sources/, which builds them from the tokenizer and packing `data_recipe` gives
 (``builtin`` is the bundled corpus). Validation is ``data.validation_path`` or the last
 ``data.validation_split`` of the rows.
 """
@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ...compiler.read import builtin_models
-from .base import Family, FamilyContext, FamilyError, TextData
+from .base import Family, FamilyContext, FamilyError
 from .lora import apply_lora, quantization_kwargs
+from .recipes import TextData
 
 #: The Llama config fields a built-in (compiler/read/builtin_models.py, the one registry) gives its
 #: shape by; the rest (vocabulary, special tokens) comes from the bundled tokenizer.
@@ -128,7 +129,7 @@ class CausalLMFamily(Family):
         return apply_lora(model, self.settings.model, ["q_proj", "v_proj"], task_type="CAUSAL_LM")
 
     # -- data (runtime/data_sources/driver.py builds the rows and batches) ----------------
-    def text_data(self) -> TextData:
+    def data_recipe(self) -> TextData:
         """The tokenizer, and packed rows when the attention follows packed position ids
         (transformers' packed-sequence masks, no attention mask); other attention
         implementations get padded batches."""

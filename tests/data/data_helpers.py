@@ -32,7 +32,7 @@ def data_tokenizer(fam):
     """The tokenizer the data driver encodes with (``data.chat_template`` set on it when given)."""
     from tuner.runtime.data_sources.driver import text_pipeline
 
-    return text_pipeline(fam.text_data(), fam.settings, fam.ctx.base_dir).tok
+    return text_pipeline(fam.data_recipe(), fam.settings, fam.ctx.base_dir).tok
 
 
 def instruction_rows(n: int, seed: int = 3) -> list[dict]:
