@@ -24,6 +24,7 @@ from . import checkpoint as ckpt
 from . import cpu_shim, portable_state, rank_guard, resume_rules, tracking
 from .artefacts import Artefacts, RunError
 from .callbacks import Callbacks
+from .checkpoint_io import quick_save
 from .data_sources.driver import rank_data
 from .families import get_family
 from .families.base import FamilyContext
@@ -229,7 +230,7 @@ class Trainer:
                      f"{self.epoch}) is not a whole number of rounds of {now.micro * now.world}; {short} samples "
                      f"are trained again")
 
-    def _state_dict_type(self) -> str:
+    def _state_dict_type(self) -> ckpt.HeldState:
         return ckpt.state_dict_kind(self.strategy, self.s.checkpoint.state_dict_type)
 
     # -- the loop -----------------------------------------------------------------------
@@ -340,7 +341,7 @@ class Trainer:
         if self.main:
             self.ckdir.mkdir(parents=True, exist_ok=True)
         self.acc.wait_for_everyone()
-        with full_disk_named(tmp):
+        with full_disk_named(tmp), quick_save():
             self.acc.save_state(str(tmp))
             self.callbacks.fire("on_save", self, tmp)
             self.fam.save_state(tmp, self.acc)

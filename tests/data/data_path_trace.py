@@ -77,10 +77,8 @@ def trace_row_to_batch(model: Path, project: Path) -> Crossings:
     from tuner.runtime.families.causal_lm import CausalLMFamily
 
     one_chat_row(project)
-    s = Settings()
-    s.model.path = str(model)
-    s.data.path, s.data.seq_len, s.data.validation_split = "one.jsonl", 64, 0.0
-    s.training.micro_batch_size = 1
+    s = Settings.from_dict({"model": {"path": str(model)}, "training": {"micro_batch_size": 1},
+                            "data": {"path": "one.jsonl", "seq_len": 64, "validation_split": 0.0}})
     fam = CausalLMFamily(FamilyContext(settings=s, base_dir=project, rank=0, world_size=1))
     counter = Crossings()
     sys.setprofile(counter)
