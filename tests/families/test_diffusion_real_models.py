@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 from tuner.compiler.keys.settings import Settings
+from tuner.runtime.data_sources.driver import rank_data
+from tuner.runtime.data_sources.image_batches import collate_images
+from tuner.runtime.data_sources.image_sets import ImageDataset
 from tuner.runtime.families.base import FamilyContext
 from tuner.runtime.families.diffusion.family import DiffusionFamily
 from tuner.runtime.families.diffusion.real_models import T5_LEN, TINY_CLIP_LEN
@@ -30,6 +33,18 @@ def _family(base: Path, name: str, **data) -> DiffusionFamily:
                             "data": {"resolution": 32, "cache_latents": False, **data},
                             "output": {"dir": str(base / "out")}})
     return DiffusionFamily(FamilyContext(settings=s, base_dir=base))
+
+
+def _sets(fam):
+    """(train, validation) as the ranks get them: the data driver's (the cache built when on)."""
+    data = rank_data(fam)
+    return data.train, data.val
+
+
+def _collate(fam, samples):
+    """A batch as the ranks' loader makes it."""
+    recipe = fam.data_recipe()
+    return collate_images(samples, tokenize=recipe.tokenize, extra=recipe.extra)
 
 
 def _ids(tok, prompts, length):
@@ -98,8 +113,8 @@ def test_sdxl_time_ids_are_the_pipelines(exported, tmp_path):
                                   text_encoder_projection_dim=32)
     torch.testing.assert_close(ids, want[0])
     assert ids.tolist() == [64, 48, 0, 3, 40, 24]  # scaled to 30x40 to cover 24x40: 3 px cut on the left
-    ds = fam._dataset([{"image": str(img), "caption": "x", "label": 0}], None)
-    batch = fam.collate([ds[0]])
+    ds = ImageDataset([{"image": str(img), "caption": "x", "label": 0}], 32, fam._multiple())
+    batch = _collate(fam, [ds[0]])
     torch.testing.assert_close(batch["time_ids"][0], sdxl_time_ids((48, 64), ds.size_of(0)))
 
 
@@ -153,8 +168,8 @@ def test_forward_backward_reaches_every_parameter(tmp_path, name):
     fam = _family(tmp_path, name)
     torch.manual_seed(0)
     model = fam.build_model()
-    train, _ = fam.build_datasets()
-    batch = fam.collate([train[i] for i in range(2)])
+    train, _ = _sets(fam)
+    batch = _collate(fam, [train[i] for i in range(2)])
     loss = fam.loss(model, batch, generator=torch.Generator().manual_seed(0))
     loss.backward()
     assert torch.isfinite(loss)
@@ -171,7 +186,7 @@ def test_cache_carries_the_conditioning_and_a_complete_cache_builds_no_encoder(t
     the hidden states and pooled embedding; a second build of the same settings encodes
     nothing and never builds the VAE or a text encoder; the cached batch is the uncached one."""
     first = _family(tmp_path, name, cache_latents=True)
-    train, _ = first.build_datasets()
+    train, _ = _sets(first)
     assert first.encoded > 0 and set(first.loaded) == {"text", "vae"}
     cache = first.cache
     latent = cache.load("latent", train.latent_keys[0])
@@ -180,13 +195,13 @@ def test_cache_carries_the_conditioning_and_a_complete_cache_builds_no_encoder(t
     assert latent["latents"].shape[0] == 4 and set(text) == {"hidden", "pooled"}
     assert text["pooled"].shape == (32,)
     again = _family(tmp_path, name, cache_latents=True)
-    train2, _ = again.build_datasets()
+    train2, _ = _sets(again)
     assert again.encoded == 0 and again.loaded == []
-    cached = again.collate([train2[i] for i in range(2)])
+    cached = _collate(again, [train2[i] for i in range(2)])
     assert again.loaded == []
     plain = _family(tmp_path, name)
-    ptrain, _ = plain.build_datasets()
-    uncached = plain.collate([ptrain[i] for i in range(2)])
+    ptrain, _ = _sets(plain)
+    uncached = _collate(plain, [ptrain[i] for i in range(2)])
     cond = plain._condition(uncached)
     torch.testing.assert_close(cached["hidden"], cond["hidden"])
     torch.testing.assert_close(cached["pooled"], cond["pooled"])
@@ -262,6 +277,6 @@ def test_a_pipeline_folder_trains_as_the_real_model(exported, tmp_path, name):
     for got, want in zip(fam.conditioner()(PROMPTS, torch.device("cpu")),
                          fam0.conditioner()(PROMPTS, torch.device("cpu")), strict=True):
         torch.testing.assert_close(got, want)
-    train, _ = fam.build_datasets()
-    loss = fam.loss(model, fam.collate([train[i] for i in range(2)]), generator=torch.Generator().manual_seed(0))
+    train, _ = _sets(fam)
+    loss = fam.loss(model, _collate(fam, [train[i] for i in range(2)]), generator=torch.Generator().manual_seed(0))
     assert torch.isfinite(loss) and fam._multiple() == fam0._multiple()

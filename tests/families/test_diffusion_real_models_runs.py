@@ -34,8 +34,8 @@ FSDP2 = ("deepspeed.enabled=false", "fsdp.enabled=true", "fsdp.version=2", "fsdp
 def _images(folder: Path) -> Path:
     """Four images of each of the bundled set's three aspects, with their captions."""
     from PIL import Image
-    from tuner.runtime.families.diffusion.data import DATA_DIR
-    from tuner.runtime.families.diffusion.sources import read_image_folder
+    from tuner.runtime.data_sources.image_sets import DATA_DIR
+    from tuner.runtime.data_sources.images import read_image_folder
 
     by_size: dict = {}
     for row in read_image_folder(DATA_DIR):

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from ....compiler.read import builtin_models
+from ...data_sources.image_sets import crop_box
 from ..base import FamilyError
 from .conditioning import zero3_init_disabled
-from .data import crop_box
 
 #: Pipeline class -> the kind of call its denoiser takes (`tuner_pipeline.denoise`).
 PIPELINES = {"StableDiffusionXLPipeline": "sdxl", "FluxPipeline": "flux", "StableDiffusion3Pipeline": "sd3"}
