@@ -13,7 +13,7 @@ config, tiny) or its folder's ``model_index.json`` names the pipeline class (a r
   and CLIP pooled output; SD3's CLIP-L and CLIP-G hidden states concatenated, padded to T5's
   width and joined with T5's, and the two pooled projections concatenated.
 * SDXL's added time ids (`sdxl_time_ids`): original size, crop top-left and target size of
-  each image as tuner crops it (``data.load_image``), as diffusers' SDXL training script
+  each image as tuner crops it (``data_sources.image_sets.load_image``), as diffusers' SDXL training script
   computes them; cached with the image's latent.
 * The call (`tuner_pipeline.denoise`): SDXL's ``added_cond_kwargs``; Flux's packed latents,
   image and text ids (``FluxPipeline``'s own ``_pack_latents`` / ``_prepare_latent_image_ids``),
