@@ -20,9 +20,10 @@ from tuner.runtime.artefacts import load
 from tuner.runtime.launch_env import accelerate_env, config_flags
 
 from tests.compiler.interop import FAKE_GPUS, launch_view
+from tests.packages import PACKAGE_FOLDERS
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCTION = ("compiler", "runtime", "tui", "tuner", "schemas")
+PRODUCTION = PACKAGE_FOLDERS
 #: accelerate's launch-environment derivation: only `launch_env` may call these.
 DERIVATION = {"_validate_launch_command", "prepare_multi_gpu_env", "prepare_deepspeed_cmd_env",
               "prepare_simple_launcher_cmd_env", "launch_command_parser"}

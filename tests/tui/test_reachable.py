@@ -18,7 +18,7 @@ from tuner.tui.model import WizardState
 from tuner.tui.steps import AdvancedPart, StepPane
 
 from .conftest import make_app
-from .test_defects import LLAMA2_7B
+from .test_wizard_behaviours import LLAMA2_7B
 
 pytestmark = pytest.mark.tui
 
