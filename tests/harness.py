@@ -44,17 +44,27 @@ def command(*args: str) -> list[str]:
     return [sys.executable, "-m", "tuner", *map(str, args)]
 
 
-def _before(args: tuple) -> None:
+def _before(args: tuple, cwd: Path | None) -> None:
     if args and str(args[0]) in RANK_COMMANDS:
         from tests.ops_wait import wait_for_ops
 
-        wait_for_ops()
+        wait_for_ops(nvme=any(_offloads_to_nvme(Path(cwd or ".") / str(a)) for a in args[1:]))
+
+
+def _offloads_to_nvme(path: Path) -> bool:
+    """Whether a settings file or build names NVMe (its runs need DeepSpeed's async I/O op)."""
+    try:
+        if path.is_dir():
+            path = path / "deepspeed.json"
+        return path.suffix in (".toml", ".json") and path.is_file() and "nvme" in path.read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def tuner(*args: str, cwd: Path | None = None, timeout: float = TIMEOUT_S, env: dict | None = None,
           input: str | None = None) -> subprocess.CompletedProcess:
     """`python -m tuner ARGS` to its end: (returncode, stdout, stderr) as text."""
-    _before(args)
+    _before(args, cwd)
     cmd = command(*args)
     proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -74,7 +84,7 @@ def tuner(*args: str, cwd: Path | None = None, timeout: float = TIMEOUT_S, env: 
 
 def start(*args: str, cwd: Path | None = None, env: dict | None = None, **popen) -> subprocess.Popen:
     """`python -m tuner ARGS` started (the test signals it, or reads it as it runs); pipes as text."""
-    _before(args)
+    _before(args, cwd)
     popen.setdefault("stdout", subprocess.PIPE)
     popen.setdefault("stderr", subprocess.PIPE)
     return subprocess.Popen(command(*args), cwd=cwd, text=True, env=globals()["env"](env), **popen)

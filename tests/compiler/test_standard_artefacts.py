@@ -59,6 +59,9 @@ def _free_port() -> int:
 def _plain_script(project: Path, name: str, *args: str) -> subprocess.CompletedProcess:
     """The plain script as one CPU process, in the environment accelerate's launcher derives
     from the build's accelerate.yaml, started from the project root."""
+    from tests.ops_wait import wait_for_ops
+
+    wait_for_ops(nvme="nvme" in name)
     env = accelerate_launch_env(project / f"{name}-1proc-build" / "accelerate.yaml")
     env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1",
