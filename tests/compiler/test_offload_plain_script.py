@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tuner.compiler import compile_text
 
 from tests.compiler.helpers import accelerate_launch_env
@@ -42,6 +44,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # starts a rank process (tests/tiers.py)
 def test_torch_adamw_script_steps_with_a_zero2_offload_build_that_names_no_optimizer(tmp_path):
     settings = tmp_path / "settings.toml"
     settings.write_text(SETTINGS)

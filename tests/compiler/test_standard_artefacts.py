@@ -80,6 +80,7 @@ def test_deepspeed_examples_are_the_ones_expected(project):
     assert _deepspeed_examples(project) == ["diffusion_dit", "zero1", "zero2_offload", "zero3_nvme"]
 
 
+@pytest.mark.slow  # starts a rank process (tests/tiers.py)
 @pytest.mark.parametrize("name", ["diffusion_dit", "zero1", "zero2_offload", "zero3_nvme"])
 def test_plain_accelerate_script_prepares_with_the_compiled_deepspeed_json(project, name):
     ds = json.loads((project / f"{name}-1proc-build" / "deepspeed.json").read_text())
@@ -99,6 +100,7 @@ def test_plain_accelerate_script_prepares_with_the_compiled_deepspeed_json(proje
         assert out["optimizer"] == "AdamW"  # the script's own torch optimizer
 
 
+@pytest.mark.slow  # starts a rank process (tests/tiers.py)
 def test_accelerate_refuses_a_torch_optimizer_beside_an_optimizer_block(project):
     """The check the artefacts used to trip on every plain script, still live in accelerate:
     zero1's torch optimizer passes it (test above); it fires where the JSON names an optimizer."""

@@ -59,6 +59,7 @@ def one_rank_build(tmp_path_factory) -> Path:
     return compile_build(tmp_path_factory.mktemp("launch1"), {"hardware": {"platform": "cpu", "num_processes": 1}})
 
 
+@pytest.mark.slow  # starts a rank process (tests/tiers.py)
 def test_script_exit_code_is_reported_and_mapped_to_1(one_rank_build, tmp_path):
     """docs/launch.md: exit 1 when a rank fails; the script's own code (200, which would read as
     a signal) is named in the message, not passed on."""

@@ -48,6 +48,7 @@ def test_two_working_directories_give_byte_identical_artefacts(tmp_path):
     assert json.loads(builds[0]["manifest.json"])["settings_file"] == "../settings.toml"
 
 
+@pytest.mark.slow  # starts a rank process (tests/tiers.py)
 def test_copied_build_runs_from_the_root_directory(tmp_path):
     """Compiled in one place, copied with the project, the original removed: `tuner run BUILD`
     from / reads data, writes output and finds deepspeed.json inside the copy."""
