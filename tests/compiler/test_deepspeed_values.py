@@ -8,14 +8,13 @@ the real `DeepSpeedConfig`, so tuner's rules cannot drift from DeepSpeed's.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from importlib import resources
 
 import pytest
 from tuner.compiler import compile_text
 from tuner.compiler.plan.deepspeed_rules_gen import derive_rules, render_rules
 
+from tests import harness
 from tests.compiler.helpers import parse_deepspeed
 
 
@@ -96,7 +95,7 @@ def test_estimate_does_not_crash_on_a_wrong_nested_type(tmp_path):
     settings = tmp_path / "settings.toml"
     settings.write_text(_settings({"zero_optimization": {"stage": 2, "offload_optimizer": "cpu"}}))
     for command in (["compile"], ["estimate"]):
-        r = subprocess.run([sys.executable, "-m", "tuner", *command, str(settings)], capture_output=True, text=True)
+        r = harness.tuner(*command, str(settings))
         assert r.returncode == 1, r.stderr
         assert "Traceback" not in r.stderr
         assert "zero_optimization.offload_optimizer" in r.stderr

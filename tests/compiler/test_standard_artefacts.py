@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from tuner.compiler import compile_file
 
+from tests import harness
 from tests.compiler.helpers import accelerate_launch_env
 from tests.conftest import EXAMPLES
 from tests.debian import require_package
@@ -117,8 +118,7 @@ def test_compile_verify_accepts_every_example(project):
                        timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert r.stdout.count("verify: accelerate") == len(builds)
-    cli = subprocess.run([sys.executable, "-m", "tuner", "compile", str(project / "zero3_nvme.toml"), "-q",
-                          "--out", str(project / "cli-build"), "--verify"], capture_output=True, text=True, timeout=300)
+    cli = harness.tuner('compile', str(project / 'zero3_nvme.toml'), '-q', '--out', str(project / 'cli-build'), '--verify', timeout=300)
     assert cli.returncode == 0, cli.stdout + cli.stderr
     assert "verify: accelerate and DeepSpeed accept the build" in cli.stdout
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,8 @@ from tuner.runtime import checkpoint as ck
 from tuner.runtime.artefacts import RunError
 from tuner.runtime.maintenance import clear_offload_cache, stale_but_kept
 from tuner.runtime.resume_rules import Layout, check_compatible
+
+from tests import harness
 
 
 def _complete(d, step):
@@ -160,11 +160,10 @@ def test_lr_schedule_is_transformers_get_scheduler():
 
 
 def test_missing_build_dir_is_a_clear_error(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "tuner", "run", str(tmp_path / "nope")], capture_output=True, text=True)
+    r = harness.tuner('run', str(tmp_path / 'nope'))
     assert r.returncode == 2
     assert "build directory not found" in r.stderr and "Traceback" not in r.stderr
-    r = subprocess.run([sys.executable, "-m", "tuner", "checkpoint", "export", str(tmp_path), "--out",
-                        str(tmp_path / "x")], capture_output=True, text=True)
+    r = harness.tuner('checkpoint', 'export', str(tmp_path), '--out', str(tmp_path / 'x'))
     assert r.returncode == 2 and "Traceback" not in r.stderr
 
 
