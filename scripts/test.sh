@@ -47,6 +47,9 @@ python -m pytest -q --durations=25 -n "${TUNER_TEST_WORKERS:-2}" --dist loadgrou
     ${marks[@]+"${marks[@]}"} ${args[@]+"${args[@]}"}
 rc=$?
 if [ -n "$build_pid" ]; then
+    if kill -0 "$build_pid" 2>/dev/null; then
+        echo "waiting for the DeepSpeed ops build to finish (pid $build_pid, log $TUNER_OPS_LOG)"
+    fi
     wait "$build_pid"
     tail -n 1 "$TUNER_OPS_LOG"
 fi

@@ -25,7 +25,7 @@ import pytest
 SITE = Path(__file__).resolve().parent / "harness_site"
 #: session/module fixtures that start ranks (a test using one is `slow`)
 LAUNCHING_FIXTURES = {"finished_run", "finished_fsdp_run"}
-TERMINAL_MODULES = ("tests.tui.tmux", ".tmux import")
+TERMINAL_MODULE = "tests.tui.tmux"
 
 _current: list = [None]
 
@@ -38,20 +38,14 @@ def derive_marks(item) -> None:
     if LAUNCHING_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("slow"):
         item.add_marker(pytest.mark.slow)
     module = getattr(item, "module", None)
-    source = getattr(module, "__file__", None)
-    if source and not item.get_closest_marker("terminal"):
-        text = _source(source)
-        if any(s in text for s in TERMINAL_MODULES):
-            item.add_marker(pytest.mark.terminal)
+    if module is not None and not item.get_closest_marker("terminal") and _uses_tmux(module):
+        item.add_marker(pytest.mark.terminal)
 
 
-_sources: dict[str, str] = {}
-
-
-def _source(path: str) -> str:
-    if path not in _sources:
-        _sources[path] = Path(path).read_text(encoding="utf-8")
-    return _sources[path]
+def _uses_tmux(module) -> bool:
+    """The module imported something of the tmux harness (tests/tui/tmux.py)."""
+    return any(getattr(v, "__module__", None) == TERMINAL_MODULE or getattr(v, "__name__", None) == TERMINAL_MODULE
+               for v in vars(module).values())
 
 
 def require_mark(name: str, what: str) -> None:
@@ -89,6 +83,7 @@ def _ranks_of(nodeid: str) -> tuple[int, int]:
         lines = Path(os.environ["TUNER_TEST_RANK_LOG"]).read_text(encoding="utf-8").splitlines()
     except (KeyError, OSError):
         return 0, 0
+    nodeid = nodeid.split("@tests/", 1)[0]  # xdist's loadgroup appends "@GROUP"
     mine = [line.split("\t") for line in lines if line.endswith("\t" + nodeid)]
     return sum(1 for f in mine if f[0] == "0"), len(mine)
 
@@ -119,7 +114,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
             f[0] += props["rank_launches"]
             f[1] += props["rank_processes"]
             if props.get("ranks_unmarked"):
-                unmarked.append(r.nodeid)
+                unmarked.append(r.nodeid.split("@tests/", 1)[0])
     if not per_file:
         return
     tr = terminalreporter

@@ -12,7 +12,7 @@ import sys
 _log = os.environ.get("TUNER_TEST_RANK_LOG")
 _argv = getattr(sys, "orig_argv", [])
 if _log and "RANK" in os.environ and "LOCAL_RANK" in os.environ and "-c" not in _argv:  # not a spawn helper
-    _test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0]
+    _test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0].split("@tests/", 1)[0]  # no xdist group
     try:
         with open(_log, "a", encoding="utf-8") as _fh:
             _fh.write(f"{os.environ['RANK']}\t{os.environ.get('WORLD_SIZE', '?')}\t{os.getppid()}\t{_test}\n")
