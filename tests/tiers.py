@@ -16,6 +16,7 @@ Nothing relies on the marks being right: every rank process the tests start is r
 
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 from pathlib import Path
@@ -25,7 +26,7 @@ import pytest
 SITE = Path(__file__).resolve().parent / "harness_site"
 #: session/module fixtures that start ranks (a test using one is `slow`)
 LAUNCHING_FIXTURES = {"finished_run", "finished_fsdp_run"}
-TERMINAL_MODULE = "tests.tui.tmux"
+TMUX_FILE = Path(__file__).resolve().parent / "tui" / "tmux.py"
 
 _current: list = [None]
 
@@ -43,9 +44,16 @@ def derive_marks(item) -> None:
 
 
 def _uses_tmux(module) -> bool:
-    """The module imported something of the tmux harness (tests/tui/tmux.py)."""
-    return any(getattr(v, "__module__", None) == TERMINAL_MODULE or getattr(v, "__name__", None) == TERMINAL_MODULE
-               for v in vars(module).values())
+    """The module imported something of the tmux harness, tests/tui/tmux.py (by whatever name
+    pytest's import gave that file)."""
+    import sys
+
+    for value in vars(module).values():
+        name = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None)
+        source = getattr(sys.modules.get(name or ""), "__file__", None)
+        if source and Path(source).resolve() == TMUX_FILE:
+            return True
+    return False
 
 
 def require_mark(name: str, what: str) -> None:
