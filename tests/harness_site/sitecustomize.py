@@ -11,7 +11,13 @@ import sys
 
 _log = os.environ.get("TUNER_TEST_RANK_LOG")
 _argv = getattr(sys, "orig_argv", [])
-if _log and "RANK" in os.environ and "LOCAL_RANK" in os.environ and "-c" not in _argv:  # not a spawn helper
+# Not a rank: a helper a rank (or a script that set RANK in-process) starts, which inherits RANK:
+# multiprocessing's spawn (`-c`), a library's own script (py-cpuinfo's, DeepSpeed's CPU probe), any
+# process below a rank (TUNER_TEST_IN_RANK, set here for the rank's children).
+_helper = ("-c" in _argv or os.environ.get("TUNER_TEST_IN_RANK")
+           or any(("site-packages" in a or "dist-packages" in a) and a.endswith(".py") for a in _argv[1:2]))
+if _log and "RANK" in os.environ and "LOCAL_RANK" in os.environ and not _helper:
+    os.environ["TUNER_TEST_IN_RANK"] = "1"
     _test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0].split("@tests/", 1)[0]  # no xdist group
     try:
         with open(_log, "a", encoding="utf-8") as _fh:
