@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from ..compiler import EXIT_INVALID, EXIT_OK, EXIT_USAGE, SourceError, compile_file
-from ..compiler.diagnostics import render_json, render_text
+from ..compiler.compile import compile_file
+from ..compiler.diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, render_json, render_text
 from ..compiler.read.files import describe_os_error
+from ..compiler.read.source import SourceError
 
 
 def run(args) -> int:

@@ -153,7 +153,7 @@ def _describe(s: Settings, strategy: Strategy) -> str:
 # --- entry points the wizard and the CLI use ----------------------------------------------
 
 def for_result(result, facts=None, base_dir: Path | None = None) -> Estimate | None:
-    """The estimate for a `tuner.compiler.CompileResult` (None when it has no plan): the one
+    """The estimate for a `tuner.compiler.compile.CompileResult` (None when it has no plan): the one
     its compile computed (`result.estimate`); `facts` given: computed again for them."""
     if result.settings is None or result.plan is None:
         return None

@@ -80,7 +80,7 @@ def model_key(path: str, family: str, flavour: str) -> tuple[str, str, str]:
 @dataclass(frozen=True)
 class CompileInputs:
     """Every input of one compile. Build it with `gather` (or by hand, as a library caller
-    stating the target machine); `tuner.compiler.compile_inputs` compiles it without I/O."""
+    stating the target machine); `tuner.compiler.compile.compile_inputs` compiles it without I/O."""
 
     source: Source
     overrides: tuple[str, ...] = ()

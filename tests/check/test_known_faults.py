@@ -10,11 +10,11 @@ import dataclasses
 import json
 
 from check_helpers import check, write_settings
-
-from tuner.compiler import compile_inputs
+from tuner.compiler.compile import compile_inputs
 from tuner.compiler.plan.known_faults import KNOWN
 from tuner.compiler.read.inputs import gather
 from tuner.compiler.read.source import parse_settings_text
+
 from tests.runtime.runtime_helpers import to_toml
 
 FSDP2 = {"fsdp": {"enabled": True, "version": 2, "auto_wrap_policy": "none"}}

@@ -13,7 +13,7 @@ import sys
 from importlib import resources
 
 import pytest
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.plan.deepspeed_rules_gen import derive_rules, render_rules
 
 from tests.compiler.helpers import parse_deepspeed

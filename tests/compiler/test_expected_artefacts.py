@@ -21,8 +21,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_inputs, gather
+from tuner.compiler.compile import compile_inputs
 from tuner.compiler.read.hardware import HardwareFacts
+from tuner.compiler.read.inputs import gather
 from tuner.compiler.read.source import read_settings
 
 from tests.conftest import EXAMPLES

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_file
+from tuner.compiler.compile import compile_file
 
 from tests.compiler.helpers import accelerate_launch_env
 from tests.conftest import EXAMPLES

@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_text
 from tuner.compiler.artefacts.verify import accelerate_launch_env, launch_env, pretend_cuda
+from tuner.compiler.compile import compile_text
 from tuner.runtime.artefacts import load
 from tuner.runtime.launch_env import accelerate_env, config_flags
 

@@ -27,7 +27,7 @@ import tomlkit
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 
 from tests.reliability.rel_helpers import EXAMPLES, assert_honest, tuner
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_file, compile_text
+from tuner.compiler.compile import compile_file, compile_text
 from tuner.compiler.memory.estimate import COMPARED, GIB, ModelSize, estimate
 from tuner.compiler.plan import model_facts
 from tuner.compiler.read.inputs import find_model
