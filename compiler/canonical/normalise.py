@@ -32,12 +32,12 @@ from ..diagnostics import Diagnostics
 from ..keys import paths as K
 from ..keys.schema import SchemaIndex, index, index_of
 from ..keys.settings import Settings
+from ..keys.spellings import FAMILY_ALIASES
 from ..read import files
 from . import value_checks
 from .conforms import conforms
-from .spellings import FAMILY_ALIASES
 
-# --- forgiving spellings: each key's own are declared with it (compiler/canonical/spellings.py) ---
+# --- forgiving spellings: each key's own are declared with it (compiler/keys/spellings.py) ---
 
 def coerce(path: str, value: Any) -> Any:
     """A value written for canonical key `path` -> its canonical value: the key's declared

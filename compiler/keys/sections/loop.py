@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...canonical import spellings
+from .. import spellings
 from ..declare import setting
 
 
