@@ -178,7 +178,7 @@ def check(n: Normalised, diags: Diagnostics, detected: str, found: Any = None,
     rph = max(1, world // hw.num_machines)
     ds_cfg = None
     if ds_on:
-        from ..artefacts import deepspeed_config
+        from . import deepspeed_config
         from .model_facts import nvme_bytes
 
         # the estimate's NVMe need at the settings' own ZeRO stage (the plan is made after the build)

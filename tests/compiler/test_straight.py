@@ -10,11 +10,11 @@ import dataclasses
 import json
 
 import pytest
-from tuner.compiler.artefacts import deepspeed_config
 from tuner.compiler.canonical.normalise import normalise
 from tuner.compiler.compile import compile_inputs, compile_source, compile_text
 from tuner.compiler.diagnostics import Diagnostics
 from tuner.compiler.keys.settings import Settings
+from tuner.compiler.plan import deepspeed_config
 from tuner.compiler.plan.rules import check
 from tuner.compiler.read.hardware import FACTS_ENV, HardwareFacts
 from tuner.compiler.read.inputs import gather

@@ -31,7 +31,7 @@ from tuner.compiler.compile import compile_text
 
 from tests.reliability.rel_helpers import EXAMPLES, assert_honest, tuner
 
-#: Raw DeepSpeed tables are the `art-ds` work's part of issue 11 (compiler/artefacts/deepspeed_config.py):
+#: Raw DeepSpeed tables are the `art-ds` work's part of issue 11 (compiler/plan/deepspeed_config.py):
 #: today a wrong nested type (``offload_optimizer = 1``, ``params`` that is not a table) still
 #: crashes the compile (in the estimate's and the builder's reading of the raw config), and a
 #: removed key (``amp``, ``mics_shard_size``) or a mistyped value compiles but DeepSpeed's own

@@ -1,4 +1,7 @@
-"""Building DeepSpeed's JSON from settings: builder fields and/or a raw config.
+"""DeepSpeed's config as the plan decides it, from settings: builder fields and/or a raw config.
+
+The plan stage decides every value (and adopts what a raw config says into the settings);
+the artefacts stage only renders the result as text (`compiler/artefacts/emit.py`).
 
 The raw ``deepspeed.config`` (DeepSpeed's own structure, as in the seed's manual example)
 wins where it says something; builder fields the person set fill the rest. The result is a
@@ -23,7 +26,7 @@ from typing import Any
 from ..diagnostics import Diagnostics
 from ..keys import paths as K
 from ..keys.settings import Settings, global_batch
-from ..plan import deepspeed_rules
+from . import deepspeed_rules
 from .deepspeed_offload import (  # noqa: F401 - the optimizer names are public here too
     REPLACED_OPTIMIZERS,
     SUPPORTED_OPTIMIZERS,
