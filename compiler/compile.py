@@ -30,13 +30,13 @@ from .diagnostics import Diagnostic, Diagnostics
 from .keys import paths as K
 from .keys.settings import Settings
 from .memory.report import Estimate
-from .plan import known_faults, model_facts
 from .plan.plan import Plan
 from .plan.rules import check
 from .read.files import MAX_BYTES, FileError, parse_yaml
 from .read.hardware import HardwareFacts
 from .read.inputs import CompileInputs, gather
 from .read.source import Source, SourceError, parse_settings_text, read_settings
+from .review import known_faults, model_facts
 
 
 @dataclass
@@ -116,7 +116,7 @@ def compile_inputs(inputs: CompileInputs) -> CompileResult:
     origin.update(n.origin)
     model = n.settings["model"]
     found = inputs.model(model["path"], model["family"], model["flavour"])
-    checked = check(n, diags, inputs.platform, found, inputs.disk)
+    checked = check(n, diags, inputs.platform, found, inputs.disk, model_facts.nvme_bytes)
     s, plan = checked.settings, checked.plan
     out_dir = inputs.out_dir
     result = CompileResult(diags, s, plan, out_dir, normalised=n)

@@ -110,7 +110,7 @@ def test_no_compile_path_function_reads_when_an_argument_is_left_out(tmp_path, m
     with pytest.raises(TypeError):
         check(n, Diagnostics())  # type: ignore[call-arg]
     from tuner.compiler.memory.model import model_size
-    from tuner.compiler.plan.model_facts import nvme_bytes
+    from tuner.compiler.review.model_facts import nvme_bytes
 
     result = compile_text('[model]\npath = "builtin:tiny-llama"\n', facts=CPU)
     with pytest.raises(TypeError):

@@ -24,8 +24,8 @@ from ..keys import paths as K
 from ..keys.settings import Settings
 from ..memory import estimate as _estimate
 from ..memory.report import Estimate
-from .plan import Plan
-from .strategy import Strategy
+from ..plan.plan import Plan
+from ..plan.strategy import Strategy
 
 
 def known_classes(s: Settings, found) -> tuple[set[str] | None, list[str], str]:
