@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..compiler.diagnostics import EXIT_INVALID, EXIT_USAGE
-from ..compiler.read.inputs import CompileInputs, gather
+from ..compiler.gather import CompileInputs, gather
 from ..compiler.read.source import SourceError, read_settings
 
 

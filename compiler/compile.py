@@ -27,6 +27,7 @@ from .artefacts import build_writer, cluster, emit
 from .canonical import value_checks
 from .canonical.normalise import Normalised, normalise
 from .diagnostics import Diagnostic, Diagnostics
+from .gather import CompileInputs, gather
 from .keys import paths as K
 from .keys.settings import Settings
 from .memory.report import Estimate
@@ -34,7 +35,6 @@ from .plan.plan import Plan
 from .plan.rules import check
 from .read.files import MAX_BYTES, FileError, parse_yaml
 from .read.hardware import HardwareFacts
-from .read.inputs import CompileInputs, gather
 from .read.source import Source, SourceError, parse_settings_text, read_settings
 from .review import known_faults, model_facts
 
@@ -88,7 +88,7 @@ def default_out_dir(settings_file: Path) -> Path:
 def compile_source(src: Source, overrides: list[str] | tuple[str, ...] = (), out_dir: Path | None = None,
                    display_name: str | None = None, facts: HardwareFacts | None = None,
                    host_facts: bool = True) -> CompileResult:
-    """Gather the inputs of parsed settings and compile them (`inputs.gather` says what
+    """Gather the inputs of parsed settings and compile them (`gather.gather` says what
     `facts` and `host_facts` mean)."""
     return compile_inputs(gather(src, overrides, out_dir, facts, display_name, host_facts))
 

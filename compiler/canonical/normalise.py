@@ -227,7 +227,7 @@ Reader = Callable[[str, str], Any]
 def _load_deepspeed_config(value: Any, diags: Diagnostics, read: Reader | None) -> Any:
     """deepspeed.config as a path -> the parsed JSON object (errors reported, {} returned).
 
-    `read` (the gather stage's, `inputs.CompileInputs.read`) gives the file's text by the
+    `read` (the gather stage's, `gather.CompileInputs.read`) gives the file's text by the
     path as written: normalise reads nothing itself. None: no file was gathered (an error)."""
     if not isinstance(value, str):
         return value

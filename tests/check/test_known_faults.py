@@ -11,7 +11,7 @@ import json
 
 from check_helpers import check, write_settings
 from tuner.compiler.compile import compile_inputs
-from tuner.compiler.read.inputs import gather
+from tuner.compiler.gather import gather
 from tuner.compiler.read.source import parse_settings_text
 from tuner.compiler.review.known_faults import KNOWN
 

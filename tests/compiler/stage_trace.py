@@ -23,7 +23,7 @@ COMPILER = Path(tuner.compiler.__file__).parent
 
 #: Stage -> its modules (file stems anywhere under compiler/), in pipeline order.
 STAGES: dict[str, tuple[str, ...]] = {
-    "gather": ("inputs",),
+    "gather": ("gather",),
     "normalise": ("normalise",),
     "rules": ("rules", "rules_runtime", "deepspeed_config", "deepspeed_offload", "deepspeed_rules"),
     "facts": ("model_facts",),

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 from tuner.compiler.compile import compile_inputs
+from tuner.compiler.gather import gather
 from tuner.compiler.read.hardware import HardwareFacts
-from tuner.compiler.read.inputs import gather
 from tuner.compiler.read.source import read_settings
 
 from tests.conftest import EXAMPLES

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from tuner.commands.cli import main
 from tuner.compiler.compile import compile_file, compile_inputs, compile_text
+from tuner.compiler.gather import gather
 from tuner.compiler.read.hardware import FACTS_ENV, GpuInfo, HardwareFacts
-from tuner.compiler.read.inputs import gather
 from tuner.compiler.read.source import read_settings
 
 GIB = 1024**3
@@ -89,7 +89,7 @@ AUDIT = textwrap.dedent('''
             importlib.import_module(m.name)
     import yaml  # noqa: F401 - the YAML parser, imported lazily by files.parse_yaml
     from tuner.compiler.compile import compile_inputs, compile_text
-    from tuner.compiler.read.inputs import gather
+    from tuner.compiler.gather import gather
     from tuner.compiler.read.hardware import GpuInfo, HardwareFacts
     from tuner.compiler.read.source import read_settings
 
