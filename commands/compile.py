@@ -39,7 +39,7 @@ def run(args) -> int:
     if not getattr(args, "verify", False):
         _print(args, items, ok=True, out=str(out), files=sorted(result.files), strategy=plan.strategy)
         return EXIT_OK
-    from ..compiler.artefacts.verify import run_in_subprocess
+    from ..runtime.verify import run_in_subprocess
 
     project = args.settings.resolve().parent
     code, verdict = run_in_subprocess(out, project, plan.uses_deepspeed)

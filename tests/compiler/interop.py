@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tuner.compiler.artefacts.verify import _environ, fill_auto_as_accelerate, ports_free, pretend_cuda
+from tuner.runtime.verify import _environ, fill_auto_as_accelerate, ports_free, pretend_cuda
 
 from tests.compiler.helpers import parse_deepspeed
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tuner.compiler.artefacts.verify import _environ, pretend_cuda
+from tuner.runtime.verify import _environ, pretend_cuda
 from tuner.compiler.compile import compile_text
 from tuner.compiler.formats.importer import ImportRefused, import_files, to_toml
 

@@ -82,7 +82,7 @@ class _Artefacts:
         out = Path(tempfile.mkdtemp(dir=workdir))
         result.out_dir = out
         result.write()
-        from tuner.compiler.artefacts.verify import load_accelerate
+        from tuner.runtime.verify import load_accelerate
 
         load_accelerate(out / "accelerate.yaml")
         if result.deepspeed_json and cls.deepspeed_checked < cls.deepspeed_limit:
@@ -102,7 +102,7 @@ def _parse_deepspeed(path: Path, settings: dict, world: int) -> None:
     from unittest import mock
 
     import deepspeed.runtime.config as ds_config
-    from tuner.compiler.artefacts.verify import _WorldSize, accelerate_filled
+    from tuner.runtime.verify import _WorldSize, accelerate_filled
 
     written = json.loads(path.read_text())
     with mock.patch.object(ds_config.dist, "get_rank", lambda *a, **k: 0):
