@@ -27,14 +27,7 @@ from ..diagnostics import Diagnostics
 from ..keys import paths as K
 from ..keys.settings import Settings, global_batch
 from . import deepspeed_rules
-from .deepspeed_offload import (  # noqa: F401 - the optimizer names are public here too
-    REPLACED_OPTIMIZERS,
-    SUPPORTED_OPTIMIZERS,
-    normalise_optimizer,
-    offload,
-    optimizer,
-    scheduler,
-)
+from .deepspeed_offload import blocks
 
 
 def _as_int(value: Any) -> int:
@@ -76,9 +69,7 @@ def build(s: Settings, world_size: int, explicit: AbstractSet[str], diags: Diagn
     zero = _zero(out, s, explicit, builder, diags)
     if zero is None:
         return out, s
-    offload(out, zero, s, zero.get("stage", 0), explicit, diags, disks, offload_bytes_hint)
-    optimizer(out, zero, s, explicit, builder, diags)
-    scheduler(out, s, explicit, diags)
+    blocks(out, zero, s, explicit, builder, diags, disks, offload_bytes_hint)
     deepspeed_rules.leftover_auto(out, K.DEEPSPEED_CONFIG, "", diags)
     # What tuner added is held to the same rules as the source: a refusal names every key to
     # change, and a compile that passes never writes a JSON DeepSpeed would reject.
