@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from .artefacts import build_writer, cluster, emit
-from .canonical import value_checks
 from .canonical.normalise import Normalised, normalise
 from .diagnostics import Diagnostic, Diagnostics
 from .gather import CompileInputs, gather
@@ -136,21 +135,12 @@ def compile_inputs(inputs: CompileInputs) -> CompileResult:
     if not diags.ok:
         return result
 
-    ds_text = emit.render_json(checked.deepspeed) if checked.deepspeed is not None else ""
-    ds_path = _deepspeed_path(out_dir, inputs.project_dir) if ds_text else None
-    ours = emit.accelerate_config(s, plan, ds_path)
-    cfg = emit.merge_base(base_cfg, ours, plan, diags) if base_cfg else ours
-    if base_cfg:
-        value_checks.check_accelerate_base(cfg, diags)
-        if not diags.ok:
-            return result
-    files = {emit.ACCELERATE_YAML: emit.render_yaml(cfg)}
-    if ds_text:
-        files[emit.DEEPSPEED_JSON] = ds_text
-    # launch.sh, slurm.sbatch, Kubernetes manifests
-    files.update(cluster.files(s, plan, out_dir, K.HARDWARE_MAIN_PROCESS_PORT in n.explicit))
-    manifest = emit.manifest(s, plan, inputs.settings_file, src.text, files, diags, inputs.versions)
-    files[emit.MANIFEST_JSON] = emit.render_json(manifest)
+    ds_path = _deepspeed_path(out_dir, inputs.project_dir) if checked.deepspeed is not None else None
+    files = emit.files(s, plan, checked.deepspeed, ds_path, base_cfg, out_dir,
+                       K.HARDWARE_MAIN_PROCESS_PORT in n.explicit, inputs.settings_file, src.text, inputs.versions,
+                       diags)
+    if files is None:
+        return result
     for name, text in files.items():  # what tuner run reads back (runtime/artefacts.py) has this cap
         if len(text.encode("utf-8")) > MAX_BYTES:
             diags.error("", f"{name} would be {len(text.encode('utf-8')):,} bytes, over the {MAX_BYTES:,} bytes "
