@@ -30,9 +30,10 @@ from .gather import CompileInputs, gather
 from .keys import paths as K
 from .keys.settings import Settings
 from .memory.report import Estimate
+from .parse import FileError, parse_yaml
 from .plan.plan import Plan
 from .plan.rules import check
-from .read.files import MAX_BYTES, FileError, parse_yaml
+from .read.files import MAX_BYTES
 from .read.hardware import HardwareFacts
 from .read.source import Source, SourceError, parse_settings_text, read_settings
 from .review import known_faults, model_facts

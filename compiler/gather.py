@@ -31,7 +31,8 @@ from typing import Any
 
 from .canonical.normalise import Normalised, normalise
 from .diagnostics import Diagnostic, Diagnostics
-from .read.files import FileError, FileRead, read_file, resolve
+from .parse import FileError
+from .read.files import FileRead, read_file, resolve
 from .read.hardware import HardwareFacts, local_facts
 from .read.inputs import DiskFacts, ModelFacts, detected_platform, find_model, measure_disk, model_key, tool_versions
 from .read.source import Source

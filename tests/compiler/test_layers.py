@@ -1,7 +1,7 @@
 """The compiler's stages are layers: each imports only the stages below it.
 
 `LAYERS` is the order (docs/code-map.md names it too): the diagnostics every stage reports
-with, the key declarations, the reading, the normalising, the plan, the memory estimate, the
+with, the key declarations, the parsers (text -> values, no I/O), the reading, the normalising, the plan, the memory estimate, the
 review of the plan against the model and the machine, the artefacts' rendering, the
 importers of other tools' files, then the gather and the compile that drive them. Every
 module under compiler/ belongs to exactly one layer (a new folder must be placed in the order
@@ -9,7 +9,8 @@ before it can land), and every import of one compiler module by another, at modu
 inside a function (it runs too), names a module of its own layer or of a layer below.
 
 `import tuner.compiler.read.files` (runtime/export.py's `write_atomic`) loads only that
-helper and the packages above it: the package files import nothing.
+helper, the parsers it reads with (`compiler/parse.py`) and the package files above it: the
+package files import nothing.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 COMPILER = REPO / "compiler"
 
 #: The stages, lowest first: a folder of compiler/ or a module at its top.
-LAYERS = ("__init__.py", "diagnostics.py", "keys", "read", "canonical", "plan", "memory", "review",
+LAYERS = ("__init__.py", "diagnostics.py", "keys", "parse.py", "read", "canonical", "plan", "memory", "review",
           "artefacts", "formats", "gather.py", "compile.py")
 
 
@@ -102,9 +105,12 @@ def test_the_layer_check_sees_an_upward_import():
     assert upward(COMPILER / "compile.py", ast.parse("from .plan import rules")) == []
 
 
-def test_importing_a_file_helper_loads_five_of_tuners_modules_at_most():
-    code = ("import json, sys; before = set(sys.modules); import tuner.compiler.read.files; "
+@pytest.mark.parametrize(("module", "most"), [("tuner.compiler.read.files", 5), ("tuner.compiler.parse", 3)])
+def test_importing_a_file_helper_loads_only_that_helper(module, most):
+    """read/files.py (the reader and `write_atomic`, runtime/export.py's import) loads itself,
+    the parsers it reads with and the package files above it; parse.py loads itself alone."""
+    code = (f"import json, sys; before = set(sys.modules); import {module}; "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'tuner' and m not in before)))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     loaded = json.loads(r.stdout.strip().splitlines()[-1])
-    assert "tuner.compiler.read.files" in loaded and len(loaded) <= 5, loaded
+    assert module in loaded and len(loaded) <= most, loaded

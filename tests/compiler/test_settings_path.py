@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from tuner.compiler.compile import compile_text
-from tuner.compiler.read.files import parse_json
+from tuner.compiler.parse import parse_json
 
 from tests.compiler.settings_path import compile_path, follow
 
