@@ -2,13 +2,13 @@
 
 Pure Python; never imports torch, accelerate, deepspeed or textual. Read -> compile -> write:
 
-    read:    gather (inputs.py): the settings, normalised once (normalise.py: aliases,
+    read:    gather (gather.py): the settings, normalised once (normalise.py: aliases,
              spellings, schema; frozen), the files they name, hardware facts, the model's
              facts, the NVMe directory's free space, package versions -> CompileInputs
     compile: compile_inputs (no I/O), each stage entered once, top-down:
              rules (rules.py: cross-field checks, the DeepSpeed config (deepspeed_config.py),
-             then the plan, once; settings and plan frozen) -> model_facts.py (wrap classes,
-             the memory estimate) -> emit.py (texts)
+             then the plan, once; settings and plan frozen) -> review/model_facts.py (wrap
+             classes, the memory estimate) -> known_faults.py -> emit.files (every text)
     write:   CompileResult.write (build_writer.write_atomically): the one writer
 
 `compile_text` / `compile_file` gather and compile; nothing is written until `write()` is
