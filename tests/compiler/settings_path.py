@@ -6,7 +6,7 @@ A call follows the settings when one of its arguments (other than the `self` of 
 them in one of their forms: the settings text, the parsed `Source` or its data, the
 `Normalised` settings or their mapping, the `CompileInputs`, the typed `Settings`, the rules'
 `Checked`. Code of the module that defines the value it gets (a method, `CompileInputs.model`,
-`Settings.to_dict`; a helper beside the class, `keys/settings.py`'s `freeze`) is the value's
+`Settings.to_dict`; a function beside the class that takes it) is the value's
 own code, not a stage the settings are handed to; a call that gets none of them (a
 diagnostic, a key-path constant, a parser of numbers) is not followed.
 
