@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 
 from tests.compiler.helpers import accelerate_launch_env
 

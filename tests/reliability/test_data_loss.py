@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
 from tests.reliability.conftest import run_env
