@@ -20,7 +20,7 @@ from pathlib import Path
 from . import checkpoint as ckpt
 from .artefacts import RunError
 from .export_shards import DEFAULT_MAX_SHARD
-from .families.base import FamilyError
+from .families.base import Family, FamilyError
 from .full_disk import no_space
 
 
@@ -222,21 +222,20 @@ def _export_locked(path: Path, out_dir: Path, previous: list[str], max_shard_siz
     write_export(write, out_dir, previous, str(path.resolve()))
 
 
-def streamed(fam, path: Path, meta: ckpt.CheckpointMeta, target: Path, max_shard_size: int | str) -> bool:
+def streamed(fam: Family, path: Path, meta: ckpt.CheckpointMeta, target: Path, max_shard_size: int | str) -> bool:
     """Write the export shard by shard from the checkpoint's files when the family can
     (`export_sources.py`, `export_zero.py`, `export_shards.py`); False when it cannot: the full state is read."""
     from .export_shards import give_freed_memory_back
     from .export_sources import open_source
     from .export_zero import open_zero
 
-    stream = getattr(fam, "export_streamed", None)
-    if stream is None:
+    if not fam.streams_export:
         return False
     give_freed_memory_back()  # before the reader: DeepSpeed's frees what it does not keep
     source = open_zero(path) if meta.strategy.is_deepspeed else open_source(path)
     if source is None:
         return False
-    if stream(source, target, max_shard_size):
+    if fam.export_streamed(source, target, max_shard_size):
         return True
     shutil.rmtree(target, ignore_errors=True)  # anything written before it knew
     return False

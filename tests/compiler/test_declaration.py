@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from tuner.compiler import compile_file
+from tuner.compiler.compile import compile_file
 from tuner.compiler.formats import accelerate as accelerate_format
 from tuner.compiler.keys.schema import accelerate_names, index
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.formats.importer import ImportRefused, import_files, to_toml
 
 from tests import harness

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.memory.estimate import for_result
 from tuner.tui.estimate_view import proposal
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 
 from tests.compiler.helpers import accelerate_launch_env
 

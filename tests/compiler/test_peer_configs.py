@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tuner.compiler import compile_text
 from tuner.compiler.artefacts.emit import DECIDED_KEYS, DS_KEYS_FORBIDDEN_WITH_FILE
+from tuner.compiler.compile import compile_text
 from tuner.compiler.formats.importer import ImportError_, ImportRefused, import_files, to_toml
 
 from tests.compiler.helpers import load_accelerate

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_file
+from tuner.compiler.compile import compile_file
 
 from tests import harness
 from tests.compiler.helpers import accelerate_launch_env
@@ -114,7 +114,7 @@ def test_compile_verify_accepts_every_example(project):
     """The packages' own verdict on every example (one subprocess for all of them), and the
     `tuner compile --verify` command itself on one."""
     builds = [str(project / f"{n}-build") for n in EXAMPLE_NAMES]  # at each example's own world size
-    r = subprocess.run([sys.executable, "-m", "tuner.compiler.artefacts.verify", *builds], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "tuner.runtime.verify", *builds], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert r.stdout.count("verify: accelerate") == len(builds)
@@ -131,7 +131,7 @@ def test_verify_reports_the_packages_refusal(project, tmp_path):
     yaml_path = tmp_path / "zero1-build" / "accelerate.yaml"
     yaml_path.write_text(yaml_path.read_text().replace("deepspeed_config:\n",
                                                        "deepspeed_config:\n  gradient_accumulation_steps: 2\n"))
-    r = subprocess.run([sys.executable, "-m", "tuner.compiler.artefacts.verify", str(tmp_path / "zero1-build")],
+    r = subprocess.run([sys.executable, "-m", "tuner.runtime.verify", str(tmp_path / "zero1-build")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "DeepSpeedPlugin" in r.stdout and "deepspeed_config_file" in r.stdout

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.plan.strategy import Strategy
 
 from tests.packages import PACKAGE_FOLDERS

@@ -24,6 +24,13 @@ def family(project: Path, s, rank: int = 0, world: int = 1):
     return CausalLMFamily(FamilyContext(settings=s, base_dir=project, rank=rank, world_size=world))
 
 
+def data_tokenizer(fam):
+    """The tokenizer the data driver encodes with (``data.chat_template`` set on it when given)."""
+    from tuner.runtime.data_sources.driver import text_pipeline
+
+    return text_pipeline(fam.data_recipe(), fam.settings, fam.ctx.base_dir).tok
+
+
 def instruction_rows(n: int, seed: int = 3) -> list[dict]:
     s = sentences(2 * n, seed=seed)
     return [{"prompt": f"Question: {s[2 * i]}\nAnswer:", "completion": " " + s[2 * i + 1]} for i in range(n)]

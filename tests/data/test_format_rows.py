@@ -1,7 +1,7 @@
 """Each source format's rows as tuner run's ranks receive them, in-process (no rank): the family
 that every rank builds reads the file, masks and packs it; the rows are collated into batches
 as the trainer does, and checked with the 2-rank run's assertions (tests/data/test_data_runs.py,
-which launches the chat format only): the run's "data: FILE (FORMAT)" line (`check_data`, what
+which launches the chat format only): the run's "data: FILE (FORMAT)" line (the data driver's `check_data`, what
 `tuner run` prints before any rank starts), every trained document one of the file's rows, and
 its format's exact loss mask (raw text: every token but a document's first; chat: exactly the
 assistant turns; instruction: exactly the completion), with packed rows' position ids."""
@@ -9,6 +9,7 @@ assistant turns; instruction: exactly the completion), with packed rows' positio
 from __future__ import annotations
 
 import pytest
+from tuner.runtime.data_sources.driver import check_data, rank_data
 
 from tests.data.data_helpers import check_trained, family, settings, source_rows, write_format
 
@@ -25,11 +26,11 @@ def tok(tiny_model):
     return AutoTokenizer.from_pretrained(str(tiny_model))
 
 
-def _batches(fam, train, micro: int = 2) -> dict:
-    """The rows in trainer batches (collated by the family), in row_trace.py's form."""
-    batches = []
+def _batches(data, micro: int = 2) -> dict:
+    """The rows in trainer batches (collated as the ranks collate them), in row_trace.py's form."""
+    batches, train = [], data.train
     for start in range(0, len(train) - micro + 1, micro):
-        b = fam.collate([train[i] for i in range(start, start + micro)])
+        b = data.collate([train[i] for i in range(start, start + micro)])
         batches.append({"input_ids": b["input_ids"].tolist(), "labels": b["labels"].tolist(),
                         "position_ids": b["position_ids"].tolist(), "has_position_ids": "position_ids" in b})
     return {"batches": batches}
@@ -39,11 +40,10 @@ def _batches(fam, train, micro: int = 2) -> dict:
 def test_each_format_gives_the_rows_the_ranks_train(kind, seq_len, tmp_path, tiny_model, tok):
     data, fmt = write_format(kind, tmp_path)
     fam = family(tmp_path, settings(tiny_model, **data, seq_len=seq_len))
-    line = fam.check_data()
+    line = check_data(fam)
     assert line.startswith(f"data: {data['path'] if 'path' in data else data['files'][0]} ({fmt}): "), line
     assert "dropped" not in line, "data.seq_len holds every document"
-    train, _ = fam.build_datasets()
-    trace = _batches(fam, train)
+    trace = _batches(rank_data(fam))
     assert trace["batches"] and all(b["has_position_ids"] for b in trace["batches"]), "packed rows"
     texts = check_trained([trace], fmt, tok, source_rows(kind))
     if fmt == "chat":

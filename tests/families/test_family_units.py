@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tuner.runtime.families.diffusion import data as diffusion_data
+from tuner.runtime.data_sources import image_sets as diffusion_data
 from tuner.runtime.families.diffusion.ema import EMA
 from tuner.runtime.families.diffusion.family import DiffusionFamily
-from tuner.runtime.families.diffusion.sources import read_image_folder
-from tuner.runtime.families.embedding.data import PairCollator, read_pairs
+from tuner.runtime.data_sources.images import read_image_folder
+from tuner.runtime.data_sources.pairs import PairCollator, read_pairs
 from tuner.runtime.families.embedding.evaluate import retrieval_metrics
 from tuner.runtime.families.embedding.loss import contrastive_loss
 from tuner.runtime.families.embedding.model import pool

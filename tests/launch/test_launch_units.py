@@ -10,11 +10,10 @@ import sys
 from argparse import Namespace
 
 import pytest
-
-from tuner.compiler import compile_text
+from tuner.commands.target import split_target
+from tuner.compiler.compile import compile_text
 from tuner.runtime.artefacts import RunError, load
 from tuner.runtime.launch_env import Topology, accelerate_env
-from tuner.commands.target import split_target
 
 from tests import harness
 

@@ -1,4 +1,4 @@
-"""One derivation of the environment `accelerate launch` gives a rank: `tuner.compiler.artefacts.verify.launch_env`.
+"""One derivation of the environment `accelerate launch` gives a rank: `tuner.runtime.verify.launch_env`.
 
 `tuner compile --verify` and the runtime's CPU launcher (`runtime/launch_env.accelerate_env`)
 both call it, no other production module calls accelerate's derivation functions, and no
@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_text
-from tuner.compiler.artefacts.verify import accelerate_launch_env, launch_env, pretend_cuda
+from tuner.compiler.compile import compile_text
 from tuner.runtime.artefacts import load
 from tuner.runtime.launch_env import accelerate_env, config_flags
+from tuner.runtime.verify import accelerate_launch_env, launch_env, pretend_cuda
 
 from tests.compiler.interop import FAKE_GPUS, launch_view
 from tests.packages import PACKAGE_FOLDERS
@@ -54,7 +54,7 @@ def test_only_launch_env_derives_the_launch_environment():
                 called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
                 if called in DERIVATION:
                     callers.add((rel, func))
-    assert callers == {("compiler/artefacts/verify.py", "launch_env")}
+    assert callers == {("runtime/verify.py", "launch_env")}
 
 
 def test_no_production_module_takes_a_pytest_fixture():

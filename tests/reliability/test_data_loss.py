@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
 from tests import harness

@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
 from tests import harness
 from tests.reliability.conftest import run_env, write_tiny_run
 from tests.reliability.rel_helpers import EXAMPLES, refused_before_launch, tuner
-from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
 ZERO1 = (EXAMPLES / "zero1.toml").read_text(encoding="utf-8")
 DDP = (EXAMPLES / "ddp.toml").read_text(encoding="utf-8")
@@ -203,7 +203,7 @@ def test_7_concurrent_compiles_into_one_directory_take_turns(tmp_path):
     (tmp_path / "ddp.toml").write_text(DDP, encoding="utf-8")
     loop = textwrap.dedent(f"""
         import sys
-        from tuner.compiler import compile_file
+        from tuner.compiler.compile import compile_file
         for i in range(12):
             name = ("zero.toml", "ddp.toml")[(i + int(sys.argv[1])) % 2]
             compile_file({str(tmp_path)!r} + "/" + name, out_dir={str(out)!r}).write()

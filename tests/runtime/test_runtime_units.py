@@ -172,7 +172,7 @@ def test_polynomial_is_simpletuners_polynomial():
     simpletuner/helpers/training/custom_schedule.py:102-155; power 0.8 and lr_end 4e-7 when unset) and
     tuner's runtime schedule from the imported settings give the same learning rates."""
     import torch
-    from tuner.compiler import compile_text
+    from tuner.compiler.compile import compile_text
     from tuner.compiler.formats.importer import import_files, to_toml
     from tuner.runtime.optim import lr_schedule
 

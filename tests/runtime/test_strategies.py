@@ -48,13 +48,14 @@ def _train_rows(run_dir):
     from pathlib import Path
 
     from tuner.compiler.keys.settings import Settings
+    from tuner.runtime.data_sources.driver import rank_data
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.causal_lm import CausalLMFamily
 
     from tests.runtime.trace_callbacks import row_keys
 
     s = Settings.from_dict({"data": {"path": "train.jsonl", "validation_path": "val.jsonl", "seq_len": 32}})
-    train, _ = CausalLMFamily(FamilyContext(s, Path(run_dir))).build_datasets()
+    train = rank_data(CausalLMFamily(FamilyContext(s, Path(run_dir)))).train
     return row_keys({"input_ids": train.rows})
 
 
@@ -137,11 +138,12 @@ def _rows_tensor(run_dir):
     from pathlib import Path
 
     from tuner.compiler.keys.settings import Settings
+    from tuner.runtime.data_sources.driver import rank_data
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.causal_lm import CausalLMFamily
 
     s = Settings.from_dict({"data": {"path": "train.jsonl", "validation_path": "val.jsonl", "seq_len": 32}})
-    train, _ = CausalLMFamily(FamilyContext(s, Path(run_dir))).build_datasets()
+    train = rank_data(CausalLMFamily(FamilyContext(s, Path(run_dir)))).train
     return train.rows
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tuner.compiler import compile_file
+from tuner.compiler.compile import compile_file
 from tuner.compiler.keys.schema import index
 from tuner.tui.fields import FieldRow
 from tuner.tui.layout import MERGED, STEPS, STRATEGY_KEYS

@@ -17,10 +17,11 @@ when some are.
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..base import FamilyError, read_jsonl
+from ..families.base import FamilyError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 #: Caption columns recognised without ``data.caption_column`` (datasets' imagefolder uses
@@ -28,6 +29,32 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 CAPTION_COLUMNS = ("text", "caption", "prompt", "captions")
 METADATA_FILES = ("metadata.jsonl", "metadata.csv")
 DATASET_FILES = {".parquet": "parquet", ".arrow": "arrow", ".jsonl": "json", ".json": "json", ".csv": "csv"}
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line of a JSONL data file.
+
+    Every problem is a `FamilyError` naming the file (and line): missing file, bad JSON,
+    a line that is not an object.
+    """
+    import json
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FamilyError(f"data file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FamilyError(f"cannot read {path}: {exc}") from None
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise FamilyError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+        if not isinstance(item, dict):
+            raise FamilyError(f"{path}:{n}: each line must be a JSON object")
+        yield n, item
 
 
 def _caption_column(columns: list[str], where: str, wanted: str) -> str:

@@ -1,7 +1,7 @@
 """Diffusion data: aspect buckets derived from the images, the training set (caption dropout,
 cached latents and embeddings) and loading a resized image.
 
-Rows come from `sources` (``{"image", "caption", "label"}``; ``image`` is a file path, or an
+Rows come from `images` (``{"image", "caption", "label"}``; ``image`` is a file path, or an
 index into a `datasets` table).
 
 Buckets (SimpleTuner's "area" resolution type): an image of aspect ``w/h`` trains at the size
@@ -17,7 +17,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "diffusion"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "diffusion"
 
 
 def bucket_for(size: tuple[int, int], resolution: int, multiple: int = 8) -> tuple[int, int]:

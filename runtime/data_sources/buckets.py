@@ -84,3 +84,10 @@ class BucketBatchSampler:
             counts[b] = counts.get(b, 0) + 1
         steps = sum(-(-n // self.group) for n in counts.values())
         return steps * self.world * self.accumulation
+
+
+def bucket_sampler(ds, training, world: int, shuffle: bool, seed: int = 0) -> BucketBatchSampler:
+    """Every optimizer step's global batch from one bucket of `ds` (an `ImageDataset`);
+    validation (``shuffle=False``): one accumulation step, unshuffled."""
+    accumulation = training.gradient_accumulation_steps if shuffle else 1
+    return BucketBatchSampler(ds.bucket_of, training.micro_batch_size, world, accumulation, seed, shuffle)

@@ -1,4 +1,5 @@
-"""Embedding data: query/positive(/negatives) pairs from JSONL, split and batched."""
+"""Embedding data: query/positive(/negatives) pairs from any local source, split and batched
+(the embedding family maps them to its examples and its loss reads `batch_size_of`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 
 import torch
 
-from ..base import FamilyError
+from ..families.base import FamilyError
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "embedding"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "embedding"
 BUILTIN_PAIRS = DATA_DIR / "pairs.jsonl"
 
 
@@ -21,7 +22,7 @@ def read_pairs(path: str | Path, data: Any = None) -> list[dict[str, Any]]:
     ``positive`` (``data.positive_column``), and optional hard negatives: a string or a list
     of strings in ``negatives`` / ``negative`` (``data.negative_column``), or
     sentence-transformers' ``negative_1``, ``negative_2``... columns."""
-    from ...data_sources.source import open_dataset, resolve
+    from .source import open_dataset, resolve
 
     src = resolve([str(BUILTIN_PAIRS if str(path) in ("", "builtin") else Path(path).expanduser())], Path.cwd())
     ds = open_dataset(src, split=getattr(data, "split", "train") if src.folder is not None else "train")
@@ -103,3 +104,23 @@ def batch_size_of(batch: dict[str, torch.Tensor]) -> tuple[int, int]:
     """(pairs, hard negatives per pair) of a stacked batch from `PairCollator`."""
     n_neg = int(batch["num_negatives"])
     return int(batch["input_ids"].shape[0]) // (2 + n_neg), n_neg
+
+
+def pair_sets(settings_data: Any, base_dir: Path, seed: int) -> tuple[PairDataset, PairDataset | None]:
+    """(train, validation) pairs of ``data.path``: ``data.validation_path``, or the seeded
+    ``data.validation_split`` hold-out (the same on every rank)."""
+    d = settings_data
+
+    def at(path: str) -> Path:
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else base_dir / p
+
+    try:
+        rows = read_pairs("builtin" if d.path == "builtin" else at(d.path), d)
+        if d.validation_path:
+            train, val = rows, read_pairs(at(d.validation_path), d)
+        else:
+            train, val = split_pairs(rows, d.validation_split, seed=seed)
+    except (OSError, ValueError) as exc:
+        raise FamilyError(f"embedding data: {exc}") from None
+    return PairDataset(train), (PairDataset(val) if val else None)
