@@ -19,8 +19,8 @@ ranks throughout; 64 rows, 8 steps an epoch):
                                                   '- s12 -> zero3, 4 ranks ZeRO-3 at another world size
 
 Losses after a resume equal the reference's within `SAME_RTOL` when only the world size or
-the state dict kind changed (fp32: only the order of the reductions differs) and within
-`CROSS_RTOL` across backends (DeepSpeed's and torch's Adam round differently), and `tuner
+the state dict kind changed (fp32: only the order of the reductions differs) and across
+backends (`CROSS_RTOL`: DeepSpeed's and torch's Adam round differently, by 2e-6 at most here), and `tuner
 checkpoint verify` passes each pair, parameters included. The accumulation change (DDP 2 ranks x
 micro 4 -> 4 ranks x micro 1 x accumulation 2) cannot be that close: tuner's causal LM loss
 weighs tokens per micro-step (docs/runtime.md), so the same samples split into two micro-steps
@@ -36,14 +36,17 @@ from __future__ import annotations
 
 import pytest
 from runtime_helpers import assert_ok, merged, tuner_run
-from test_portable_resume import FSDP, assert_same_losses, verify
+from test_portable_resume import FSDP, assert_same_losses
+from tuner.runtime import continuation
 
 pytestmark = pytest.mark.slow
 
 #: Same backend, another world size / accumulation / state dict kind (relative).
 SAME_RTOL = 1e-4
-#: Another backend (relative).
-CROSS_RTOL = 1e-3
+#: Another backend (relative): the issue asks for 1e-3; measured at most 2e-6 (losses) and 7e-7
+#: (parameters), so the check holds them to the same bound, which a resume that loses Adam's
+#: moments does not meet.
+CROSS_RTOL = 1e-4
 #: Another accumulation, after the first two steps (measured 8e-4 at most; see above).
 ACCUM_RTOL = 2e-3
 STEPS = 14
@@ -112,21 +115,21 @@ def check_resume(matrix, name: str, rtol: float):
     reference = matrix(source)
     assert f"at step {step} (epoch" in run.output, run.output[-3000:]
     assert_same_losses(run, reference, range(step + 1, STEPS + 1), rtol)
-    r = verify(reference, run, "--loss-rtol", str(rtol), "--param-rtol", str(rtol))
-    assert r.returncode == 0, r.stdout + r.stderr
+    verdict = continuation.verify(reference.out, run.out, rtol, rtol)  # `tuner checkpoint verify`, in process
+    assert verdict.ok and verdict.params["step"] == STEPS, continuation.report_text(verdict, rtol, rtol)
     return run
 
 
 def test_resume_with_another_accumulation_trains_the_same_samples(matrix):
     """DDP 2 ranks x micro 4 -> 4 ranks x micro 1 x accumulation 2, from step 2."""
     run, reference = matrix("ddp-w4-accum2"), matrix("R")
-    assert "global batch kept: 8 (micro_batch_size 4 x gradient_accumulation_steps 1 x 2 ranks) -> 8 " \
-           "(micro_batch_size 1 x gradient_accumulation_steps 2 x 4 ranks)" in run.output
-    assert "at step 2 (epoch 0, batch 4)" in run.output  # 16 samples = 4 micro-batches of 1 on 4 ranks
-    assert_same_losses(run, reference, range(3, STEPS + 1), ACCUM_RTOL)
     got, want = run.losses(), reference.losses()
     for step in (3, 4):
         assert abs(got[step] - want[step]) <= SAME_RTOL * want[step], (step, got[step], want[step])
+    assert_same_losses(run, reference, range(3, STEPS + 1), ACCUM_RTOL)
+    assert "global batch kept: 8 (micro_batch_size 4 x gradient_accumulation_steps 1 x 2 ranks) -> 8 " \
+           "(micro_batch_size 1 x gradient_accumulation_steps 2 x 4 ranks)" in run.output
+    assert "at step 2 (epoch 0, batch 4)" in run.output  # 16 samples = 4 micro-batches of 1 on 4 ranks
 
 
 @pytest.mark.parametrize("name", ["fsdp2-full-w2", "zero1-w4", "zero2-offload-w4", "zero3-w4"])
