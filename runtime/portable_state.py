@@ -13,8 +13,10 @@ any of them into that one portable form, with the libraries' own readers:
 
 and loads it into a DDP or FSDP2 run with torch's own state-dict API
 (``set_model_state_dict`` / ``set_optimizer_state_dict`` with full state dicts by name, which
-shard each tensor for FSDP2). The LR schedule's state comes with it; the data position is the
-trainer's as for any resume. Each rank reads the whole state once while loading.
+shard each tensor for FSDP2), or into a ZeRO 1-3 run (with or without CPU offload) with
+DeepSpeed's per-parameter API (``safe_set_full_fp32_param`` / ``safe_set_full_optimizer_state``).
+The LR schedule's state comes with it; the data position is the trainer's as for any resume.
+Each rank reads the whole state once while loading.
 """
 
 from __future__ import annotations
