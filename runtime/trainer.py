@@ -24,6 +24,7 @@ from . import checkpoint as ckpt
 from . import cpu_shim, portable_state, rank_guard, resume_rules, tracking
 from .artefacts import Artefacts, RunError
 from .callbacks import Callbacks
+from .checkpoint_io import quick_save
 from .families import get_family
 from .families.base import FamilyContext
 from .full_disk import full_disk_named
@@ -338,7 +339,7 @@ class Trainer:
         if self.main:
             self.ckdir.mkdir(parents=True, exist_ok=True)
         self.acc.wait_for_everyone()
-        with full_disk_named(tmp):
+        with full_disk_named(tmp), quick_save():
             self.acc.save_state(str(tmp))
             self.callbacks.fire("on_save", self, tmp)
             self.fam.save_state(tmp, self.acc)
