@@ -33,11 +33,11 @@ def run(args) -> int:
         print(render_text(result.diagnostics.errors) or "the settings do not compile", file=sys.stderr)
         return EXIT_INVALID
     s = result.settings
-    if s.model.family == "diffusion":
+    if s.model.trained_family == "diffusion":
         from .data_diffusion import show
 
         return show(s, inputs.project_dir, args.json)
-    if s.model.family != "causal_lm":
+    if s.model.trained_family != "causal_lm":
         print(f"tuner data: shows causal-LM and diffusion data; model.family is {s.model.family!r}", file=sys.stderr)
         return EXIT_USAGE
     from ..runtime.families import FamilyError

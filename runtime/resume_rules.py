@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..compiler.keys.settings import TrainingSettings
 from ..compiler.plan.strategy import Strategy
 from .artefacts import RunError
-from .checkpoint import CheckpointMeta
+from .checkpoint import CheckpointMeta, HeldState
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Layout:
     world: int
 
     @classmethod
-    def of(cls, training, world: int) -> Layout:
+    def of(cls, training: TrainingSettings, world: int) -> Layout:
         """The layout of a run's ``[training]`` settings on `world` ranks."""
         return cls(training.micro_batch_size, training.gradient_accumulation_steps, world)
 
@@ -126,14 +127,15 @@ _PORTABLE = {Strategy.DDP, Strategy.FSDP2, Strategy.ZERO1, Strategy.ZERO2, Strat
 _PORTABLE_FROM = _PORTABLE_INTO = _PORTABLE
 
 
-def carried_across(meta: CheckpointMeta, strategy: Strategy, state_dict_type: str) -> bool:
+def carried_across(meta: CheckpointMeta, strategy: Strategy, state_dict_type: HeldState) -> bool:
     """Whether this resume goes through the portable form: another backend (or FSDP's other
     state dict kind) that it reads and loads."""
     other = meta.strategy != strategy or (meta.strategy.is_fsdp and meta.state_dict_type != state_dict_type)
     return other and meta.strategy in _PORTABLE_FROM and strategy in _PORTABLE_INTO
 
 
-def check_strategy(meta: CheckpointMeta, strategy: Strategy, state_dict_type: str, world_size: int, ckpt: Path) -> None:
+def check_strategy(meta: CheckpointMeta, strategy: Strategy, state_dict_type: HeldState, world_size: int,
+                   ckpt: Path) -> None:
     """Refuse resuming a checkpoint written by another strategy, saying how to go on."""
     convert = (f"convert it to a full model with `tuner checkpoint export {ckpt} --out DIR` and start a new run "
                f"from it (model.path = \"DIR\")")
@@ -163,7 +165,7 @@ def check_strategy(meta: CheckpointMeta, strategy: Strategy, state_dict_type: st
 _ZERO_SAME_WORLD: set[Strategy] = set()
 
 
-def check_compatible(meta: CheckpointMeta, strategy: Strategy, state_dict_type: str, now: Layout, ckpt: Path,
+def check_compatible(meta: CheckpointMeta, strategy: Strategy, state_dict_type: HeldState, now: Layout, ckpt: Path,
                      new_global_batch: bool = False) -> str:
     """Refuse a checkpoint this run cannot continue (before any rank starts, and again on
     every rank); returns the line saying what a world-size change kept ('' when none)."""

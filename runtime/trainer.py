@@ -228,7 +228,7 @@ class Trainer:
                      f"{self.epoch}) is not a whole number of rounds of {now.micro * now.world}; {short} samples "
                      f"are trained again")
 
-    def _state_dict_type(self) -> str:
+    def _state_dict_type(self) -> ckpt.HeldState:
         return ckpt.state_dict_kind(self.strategy, self.s.checkpoint.state_dict_type)
 
     # -- the loop -----------------------------------------------------------------------

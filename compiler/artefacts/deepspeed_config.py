@@ -18,10 +18,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
-from typing import Any
+from dataclasses import replace
+from typing import Any, cast
 
 from ..diagnostics import Diagnostics
 from ..keys import paths as K
+from ..keys.choices import MixedPrecision, ZeroStage
 from ..keys.settings import Settings, global_batch
 from ..plan import deepspeed_rules
 from .deepspeed_offload import (  # noqa: F401 - the optimizer names are public here too
@@ -52,7 +54,6 @@ def build(s: Settings, world_size: int, explicit: AbstractSet[str], diags: Diagn
     The new settings' `training.micro_batch_size` / `gradient_accumulation_steps` are the
     values the run really uses, which is what `tuner run` gives accelerate to fill any "auto".
     """
-    s = Settings.from_dict(s.to_dict())  # the working copy this build adopts values into
     raw: dict[str, Any] = copy.deepcopy(s.deepspeed.config) if isinstance(s.deepspeed.config, dict) else {}
     # A config with only builder fields describes the whole run through the settings; with a
     # raw config, only what it says and what the person set explicitly is written.
@@ -66,14 +67,15 @@ def build(s: Settings, world_size: int, explicit: AbstractSet[str], diags: Diagn
     if not deepspeed_rules.check(raw, K.DEEPSPEED_CONFIG, diags):
         return raw, s
     out = raw
-    if not _batch(out, s, world_size, explicit, builder, diags):
+    batched = _batch(out, s, world_size, explicit, builder, diags)
+    if batched is None:
         return out, s
-    _precision(out, s, explicit, diags)
+    s = _precision(out, batched, explicit, diags)
     _clipping(out, s, explicit, diags)
-    zero = _zero(out, s, explicit, builder, diags)
+    zero, s = _zero(out, s, explicit, builder, diags)
     if zero is None:
         return out, s
-    offload(out, zero, s, zero.get("stage", 0), explicit, diags, disks, offload_bytes_hint)
+    s = offload(out, zero, s, zero.get("stage", 0), explicit, diags, disks, offload_bytes_hint)
     optimizer(out, zero, s, explicit, builder, diags)
     scheduler(out, s, explicit, diags)
     deepspeed_rules.leftover_auto(out, K.DEEPSPEED_CONFIG, "", diags)
@@ -85,10 +87,12 @@ def build(s: Settings, world_size: int, explicit: AbstractSet[str], diags: Diagn
     return out, s
 
 
-def _batch(out: dict, s: Settings, world: int, explicit: AbstractSet[str], builder: bool, diags: Diagnostics) -> bool:
+def _batch(out: dict, s: Settings, world: int, explicit: AbstractSet[str], builder: bool,
+           diags: Diagnostics) -> Settings | None:
     """train_batch_size = micro x accumulation x data-parallel world, checked where the numbers
     are known. A concrete value in the raw config sets the run's batch; "auto" stays for
-    accelerate to fill from what tuner run passes it (the settings' values)."""
+    accelerate to fill from what tuner run passes it (the settings' values). The settings
+    with the batch the run uses, or None when the numbers disagree."""
     t = s.training
     total_raw = out.get("train_batch_size")
     micro_raw = out.get("train_micro_batch_size_per_gpu")
@@ -104,7 +108,7 @@ def _batch(out: dict, s: Settings, world: int, explicit: AbstractSet[str], build
             diags.error(f"deepspeed.config.{label}",
                         f"{label} is {value!r} in the DeepSpeed config but {path} = {setting!r}",
                         f"set it in one place only (remove {label} from deepspeed.config or {path})")
-            return False
+            return None
     # Only a micro batch the person wrote is written: otherwise "auto", which accelerate fills
     # from the script's data loader (as its own YAML-only DeepSpeed setup does).
     micro_set = K.TRAINING_MICRO_BATCH_SIZE in explicit
@@ -121,7 +125,7 @@ def _batch(out: dict, s: Settings, world: int, explicit: AbstractSet[str], build
                 diags.error("deepspeed.config.train_batch_size",
                             f"train_batch_size {total} is not divisible by train_micro_batch_size_per_gpu {micro} "
                             f"x world size {world}", "make train_batch_size a multiple of the other factors, or remove it")
-                return False
+                return None
             accum, derived_accum = total // (micro * world), True
             diags.note("deepspeed.config.gradient_accumulation_steps",
                        f"gradient_accumulation_steps = {accum}, derived from train_batch_size {total} as DeepSpeed "
@@ -134,7 +138,7 @@ def _batch(out: dict, s: Settings, world: int, explicit: AbstractSet[str], build
                 diags.error("deepspeed.config.train_batch_size",
                             f"train_batch_size {total} is not divisible by gradient_accumulation_steps {accum} "
                             f"x world size {world}", "make train_batch_size a multiple of the other factors, or remove it")
-                return False
+                return None
             micro = total // (accum * world)  # DeepSpeed derives it the same way
             diags.note("deepspeed.config.train_micro_batch_size_per_gpu",
                        f"micro batch {micro} per rank, derived from train_batch_size {total} as DeepSpeed does")
@@ -147,7 +151,7 @@ def _batch(out: dict, s: Settings, world: int, explicit: AbstractSet[str], build
                     f"x gradient_accumulation_steps {accum} x world size {world} = {expected}",
                     "remove train_batch_size (accelerate computes it), or change the micro batch, "
                     "the accumulation steps or hardware.num_processes so the product matches")
-        return False
+        return None
     # What the file says: the raw config's values as written; the settings' where set.
     micro_auto = micro_raw is None and total is None and not micro_set
     if micro_raw is None and micro_set:
@@ -163,15 +167,17 @@ def _batch(out: dict, s: Settings, world: int, explicit: AbstractSet[str], build
         out["train_batch_size"] = "auto" if micro_auto else expected
     if (micro, accum) != (t.micro_batch_size, t.gradient_accumulation_steps):
         diags.note(K.DEEPSPEED_CONFIG, f"micro batch {micro} and accumulation {accum} come from the DeepSpeed config")
-        t.micro_batch_size, t.gradient_accumulation_steps = micro, accum
-    return True
+        return replace(s, training=replace(t, micro_batch_size=micro, gradient_accumulation_steps=accum))
+    return s
 
 
-def _precision(out: dict, s: Settings, explicit: AbstractSet[str], diags: Diagnostics) -> None:
+def _precision(out: dict, s: Settings, explicit: AbstractSet[str], diags: Diagnostics) -> Settings:
     """bf16/fp16 follow training.mixed_precision unless the raw config decides. "auto" stays:
-    accelerate fills it from its mixed-precision setting (tuner run passes the settings')."""
+    accelerate fills it from its mixed-precision setting (tuner run passes the settings').
+    The settings with the precision the run uses."""
     t = s.training
-    for block in ("bf16", "fp16"):
+    blocks: tuple[MixedPrecision, ...] = ("bf16", "fp16")
+    for block in blocks:
         section = out.get(block) or (out.get("bfloat16") if block == "bf16" else None)
         enabled = section.get("enabled") if isinstance(section, dict) else None
         if enabled in (True, "true", "True", 1) and t.mixed_precision != block:
@@ -179,12 +185,13 @@ def _precision(out: dict, s: Settings, explicit: AbstractSet[str], diags: Diagno
                 diags.error(f"deepspeed.config.{block}.enabled",
                             f"the DeepSpeed config enables {block} but training.mixed_precision = {t.mixed_precision!r}",
                             "set the precision in one place only")
-                return
+                return s
             diags.note(f"deepspeed.config.{block}", f"mixed precision {block} taken from the DeepSpeed config")
-            t.mixed_precision = block
+            t = replace(t, mixed_precision=block)
+    s = replace(s, training=t)
     mp = t.mixed_precision
     if mp not in ("bf16", "fp16"):
-        return
+        return s
     key = "bfloat16" if mp == "bf16" and "bfloat16" in out and "bf16" not in out else mp
     section = out.setdefault(key, {})
     if section.get("enabled") == "auto":
@@ -196,6 +203,7 @@ def _precision(out: dict, s: Settings, explicit: AbstractSet[str], diags: Diagno
             # What accelerate writes for fp16 when the DeepSpeed config has no fp16 block
             # (`DeepSpeedPlugin.set_mixed_precision`): a settings-made config means the same.
             section["auto_cast"] = True
+    return s
 
 
 def _clipping(out: dict, s: Settings, explicit: AbstractSet[str], diags: Diagnostics) -> None:
@@ -215,7 +223,10 @@ def _clipping(out: dict, s: Settings, explicit: AbstractSet[str], diags: Diagnos
         out["gradient_clipping"] = value
 
 
-def _zero(out: dict, s: Settings, explicit: AbstractSet[str], builder: bool, diags: Diagnostics) -> dict | None:
+def _zero(out: dict, s: Settings, explicit: AbstractSet[str], builder: bool,
+          diags: Diagnostics) -> tuple[dict | None, Settings]:
+    """The zero_optimization block (None where it contradicts the settings), and the settings
+    with the ZeRO stage the run uses."""
     ds = s.deepspeed
     zero = out.get("zero_optimization")
     if zero is None:
@@ -232,11 +243,12 @@ def _zero(out: dict, s: Settings, explicit: AbstractSet[str], builder: bool, dia
         diags.error("deepspeed.config.zero_optimization.stage",
                     f"zero_optimization.stage is {stage!r} in the DeepSpeed config but deepspeed.zero_stage = {ds.zero_stage!r}",
                     "set it in one place only")
-        return None
-    ds.zero_stage = stage
+        return None, s
+    # deepspeed_rules.check has refused any stage DeepSpeed does not know (0-3)
+    s = replace(s, deepspeed=replace(ds, zero_stage=cast(ZeroStage, stage)))
     hidden = [k for k in ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
                           "prefetch_bucket_size", "param_persistence_threshold") if zero.get(k) == "auto"]
-    if hidden and s.model.family == "diffusion":
+    if hidden and s.model.trained_family == "diffusion":
         diags.error(f"deepspeed.config.zero_optimization.{hidden[0]}",
                     "accelerate fills these 'auto' bucket sizes from model.config.hidden_size, which diffusion "
                     f"models do not have, so prepare would fail: {', '.join(hidden)}", "write numbers for them")
@@ -257,4 +269,4 @@ def _zero(out: dict, s: Settings, explicit: AbstractSet[str], builder: bool, dia
                               "unset, so DeepSpeed's default (false) applies and tuner run cannot export a full "
                               "model at the end of a ZeRO-3 run",
                               "set it to true in the DeepSpeed config, or checkpoint.export = false")
-    return zero
+    return zero, s

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
-from typing import Any
+from dataclasses import replace
+from typing import Any, cast
 
 from ..diagnostics import Diagnostics
 from ..keys import paths as K
+from ..keys.choices import OffloadDevice
 from ..keys.settings import Settings
 
 #: DeepSpeed optimizer types tuner accepts (the seed's supported list), by lower-case name.
@@ -81,7 +83,9 @@ def _check_nvme_path(path_text: str, key: str, need_bytes: int, diags: Diagnosti
 
 
 def offload(out, zero, s: Settings, stage: int, explicit, diags: Diagnostics,
-            disks: Callable[[str], Any], offload_bytes_hint: int) -> None:
+            disks: Callable[[str], Any], offload_bytes_hint: int) -> Settings:
+    """The offload blocks of the zero_optimization block `zero`, and the settings with the
+    offload devices the run uses."""
     ds = s.deepspeed
     for which, builder_device in (("offload_optimizer", ds.offload_optimizer), ("offload_param", ds.offload_param)):
         block: dict[str, Any] | None = zero.get(which)
@@ -104,7 +108,7 @@ def offload(out, zero, s: Settings, stage: int, explicit, diags: Diagnostics,
                           "ignores it, so it is left out of deepspeed.json",
                           "set deepspeed.zero_stage = 3 to offload parameters, or remove offload_param")
             del zero[which]
-            ds.offload_param = "none"
+            ds = replace(ds, offload_param="none")
             continue
         if which == "offload_optimizer" and stage == 0:
             diags.error(key, "optimizer offload needs ZeRO stage 1, 2 or 3", "set deepspeed.zero_stage")
@@ -123,10 +127,12 @@ def offload(out, zero, s: Settings, stage: int, explicit, diags: Diagnostics,
         for k in ("buffer_size", "buffer_count", "max_in_cpu"):
             if isinstance(block.get(k), float) and block[k].is_integer():
                 block[k] = int(block[k])
+        adopted = cast(OffloadDevice, device)  # deepspeed_rules.check refused a device DeepSpeed does not know
         if which == "offload_optimizer":
-            ds.offload_optimizer = device
+            ds = replace(ds, offload_optimizer=adopted)
         else:
-            ds.offload_param = device
+            ds = replace(ds, offload_param=adopted)
+    return replace(s, deepspeed=ds)
 
 
 #: training.optimizer values accelerate replaces with DeepSpeed's CPU Adam under ZeRO-Offload.

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..keys.choices import trained_family
 from ..keys.settings import Settings
 from .shapes import _cfg, analytic_count, architecture
 
@@ -51,7 +52,7 @@ def kind_of(config: dict[str, Any], family: str) -> str:
     cls = str(config.get("_class_name", ""))
     if cls:
         return "unet" if "UNet" in cls else "dit"
-    if family == "embedding" or config.get("model_type") in ("bert", "roberta", "xlm-roberta", "electra",
+    if trained_family(family) == "embedding" or config.get("model_type") in ("bert", "roberta", "xlm-roberta", "electra",
                                                              "camembert", "mpnet"):
         return "encoder"
     return "decoder"

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..keys import paths as K
+from ..keys.choices import MixedPrecision
 from ..keys.settings import Settings
 from ..plan.strategy import Strategy
 from .activations import activation_bytes
@@ -74,10 +75,11 @@ class StrategyOptions:
     ranks_per_host: int
     shard: int
     """Ranks a ZeRO/FSDP shard group spans."""
-    mixed_precision: str
+    mixed_precision: MixedPrecision
     optimizer_bytes: int
     offload_optimizer: str = "none"
     offload_param: str = "none"
+    """The devices as a raw DeepSpeed config may name them (the estimate runs on a config the compile refuses)."""
     reshard_after_forward: bool = True
     reduce_bucket: int = DS_REDUCE_BUCKET
     prefetch_bucket: int = DS_PREFETCH_BUCKET

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import field, make_dataclass
+from typing import Literal
 
 import pytest
 import yaml
@@ -25,13 +26,13 @@ def declaration(ranks: str, offload: str) -> type:
     """Two sections of four keys; `ranks` and `offload` name two of them."""
     hardware = make_dataclass("TinyHardware", [
         (ranks, int, setting(1, "Ranks.", aliases=("num_ranks",), minimum=1, accelerate=("num_processes",), order=0)),
-        ("precision", str, setting("no", "Precision.", choices=("no", "bf16"), spellings=spellings.precision,
+        ("precision", Literal["no", "bf16"], setting("no", "Precision.", spellings=spellings.precision,
                                    accelerate=("mixed_precision",), order=1)),
         ("layers", list[str], setting([], "Layers.")),
     ], namespace={"title": "Hardware", "step": "hardware"})
     fsdp = make_dataclass("TinyFsdp", [
         (offload, bool, setting(False, "Offload.", accelerate=("fsdp_config.fsdp_offload_params",))),
-        ("state", str, setting("sharded", "State dict.", choices=("sharded", "full"), spellings=spellings.STATE_DICT,
+        ("state", Literal["sharded", "full"], setting("sharded", "State dict.", spellings=spellings.STATE_DICT,
                                accelerate=("fsdp_config.fsdp_state_dict_type",),
                                accelerate_values={"sharded": "SHARDED_STATE_DICT", "full": "FULL_STATE_DICT"},
                                step="checkpoints", order=0)),

@@ -65,9 +65,9 @@ def test_rules_return_a_frozen_plan_and_settings_and_change_nothing(tmp_path):
     with pytest.raises(dataclasses.FrozenInstanceError):
         checked.plan.strategy = "zero2"  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        checked.settings.training.micro_batch_size = 8
+        checked.settings.training.micro_batch_size = 8  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        checked.settings.training = checked.settings.training
+        checked.settings.training = checked.settings.training  # type: ignore[misc]
     with pytest.raises(TypeError):
         n.settings["fsdp"]["version"] = 1  # type: ignore[index]
     # frozen values still compare with plain ones and make new values
@@ -80,9 +80,8 @@ def test_rules_return_a_frozen_plan_and_settings_and_change_nothing(tmp_path):
 
 
 def test_the_deepspeed_build_returns_new_settings_and_leaves_its_input(tmp_path):
-    s = Settings()
-    s.deepspeed.enabled, s.deepspeed.config = True, {"zero_optimization": {"stage": 3}, "train_batch_size": 16,
-                                                     "train_micro_batch_size_per_gpu": 2}
+    s = Settings.from_dict({"deepspeed": {"enabled": True, "config": {
+        "zero_optimization": {"stage": 3}, "train_batch_size": 16, "train_micro_batch_size_per_gpu": 2}}})
     before = s.to_dict()
     _, adopted = deepspeed_config.build(s, 4, frozenset(), Diagnostics())
     assert s.to_dict() == before

@@ -12,13 +12,8 @@ from tests.tiny_chat_llama import chat_rows, sentences, write_jsonl
 def settings(model: Path, **data):
     from tuner.compiler.keys.settings import Settings
 
-    s = Settings()
-    s.model.path = str(model)
-    s.data.seq_len = data.pop("seq_len", 64)
-    s.data.validation_split = data.pop("validation_split", 0.0)
-    for k, v in data.items():
-        setattr(s.data, k, v)
-    return s
+    data = {"seq_len": 64, "validation_split": 0.0, **data}
+    return Settings.from_dict({"model": {"path": str(model)}, "data": data})
 
 
 def family(project: Path, s, rank: int = 0, world: int = 1):

@@ -24,8 +24,7 @@ def test_mapped_columns_and_hard_negative_lists(tmp_path):
     from tuner.runtime.families.embedding.data import read_pairs
 
     (tmp_path / "p.csv").write_text("question,answer\nwhat,that\nwho,them\n")
-    s = Settings()
-    s.data.anchor_column, s.data.positive_column = "question", "answer"
+    s = Settings.from_dict({"data": {"anchor_column": "question", "positive_column": "answer"}})
     assert read_pairs(tmp_path / "p.csv", s.data) == [{"query": "what", "positive": "that", "negatives": []},
                                                       {"query": "who", "positive": "them", "negatives": []}]
     (tmp_path / "n.jsonl").write_text('{"query": "a", "positive": "b", "negatives": ["c", "d"]}\n')

@@ -31,8 +31,7 @@ def _write_base(folder) -> None:
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.causal_lm import CausalLMFamily
 
-    s = Settings()
-    s.model.path = "builtin:micro-llama"
+    s = Settings.from_dict({"model": {"path": "builtin:micro-llama"}})
     set_seed(7)
     CausalLMFamily(FamilyContext(s, folder.parent)).build_model().save_pretrained(str(folder))
 

@@ -51,8 +51,7 @@ def _train_rows(run_dir):
 
     from tests.runtime.trace_callbacks import row_keys
 
-    s = Settings()
-    s.data.path, s.data.validation_path, s.data.seq_len = "train.jsonl", "val.jsonl", 32
+    s = Settings.from_dict({"data": {"path": "train.jsonl", "validation_path": "val.jsonl", "seq_len": 32}})
     train, _ = CausalLMFamily(FamilyContext(s, Path(run_dir))).build_datasets()
     return row_keys({"input_ids": train.rows})
 
@@ -139,8 +138,7 @@ def _rows_tensor(run_dir):
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.causal_lm import CausalLMFamily
 
-    s = Settings()
-    s.data.path, s.data.validation_path, s.data.seq_len = "train.jsonl", "val.jsonl", 32
+    s = Settings.from_dict({"data": {"path": "train.jsonl", "validation_path": "val.jsonl", "seq_len": 32}})
     train, _ = CausalLMFamily(FamilyContext(s, Path(run_dir))).build_datasets()
     return train.rows
 
