@@ -58,8 +58,6 @@ def test_resolve_resume(tmp_path):
 
 
 @pytest.mark.parametrize("then,now,sdt,world,fragment", [
-    ("fsdp2", "zero2", "deepspeed", 2, "but not into DeepSpeed's zero2 engine"),
-    ("ddp", "zero2", "deepspeed", 2, "but not into DeepSpeed's zero2 engine"),
     ("zero2", "fsdp1", "sharded", 2, "with DeepSpeed"),
     ("fsdp1", "fsdp2", "sharded", 2, "written with fsdp1"),
     ("fsdp1", "fsdp1", "sharded", 4, "fsdp1 resumes only at the same world size"),
@@ -75,7 +73,9 @@ def test_incompatible_resume_is_refused_with_a_way_out(then, now, sdt, world, fr
 
 @pytest.mark.parametrize("then,now,sdt", [("zero2", "fsdp2", "sharded"), ("zero3", "ddp", "full"),
                                           ("fsdp2", "ddp", "full"), ("ddp", "fsdp2", "sharded"),
-                                          ("fsdp2", "fsdp2", "full"), ("fsdp2", "zero3", "deepspeed")])
+                                          ("fsdp2", "fsdp2", "full"), ("fsdp2", "zero3", "deepspeed"),
+                                          ("fsdp2", "zero2", "deepspeed"), ("ddp", "zero1", "deepspeed"),
+                                          ("zero3", "zero2", "deepspeed")])
 def test_another_backend_is_carried_through_the_portable_form(then, now, sdt, tmp_path):
     from tuner.runtime.resume_rules import carried_across
 
