@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import sys
 
-from ..compiler import EXIT_INVALID, EXIT_OK, EXIT_USAGE, compile_inputs
-from ..compiler.diagnostics import render_text
+from ..compiler.compile import compile_inputs
+from ..compiler.diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, render_text
 from .settings_input import gather_or_exit_code
 
 TRAINED, MASKED, RESET = "\x1b[1;32m", "\x1b[2m", "\x1b[0m"

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..compiler import CompileResult, compile_text
+from ..compiler.compile import CompileResult, compile_text
 from ..compiler.diagnostics import Diagnostic, Diagnostics
 from ..compiler.keys import paths as K
 from ..compiler.keys.choices import trained_family

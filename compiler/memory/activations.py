@@ -70,6 +70,12 @@ def image_tokens(c: dict, resolution: int) -> int:
     return side * side
 
 
+def activation_table(s: Settings, m: ModelSize, splits: set[int]) -> dict[tuple[int, bool], int]:
+    """`activation_bytes` for each sequence split and with and without checkpointing, in one
+    call: the compared strategies' rows look theirs up (`per_rank.compare`)."""
+    return {(n, ck): activation_bytes(s, m, n, ck) for n in sorted(splits) for ck in (False, True)}
+
+
 def activation_bytes(s: Settings, m: ModelSize, cp: int, checkpointing: bool) -> int:
     """Activation bytes of one micro batch on one rank (see the module docstring)."""
     a = 2 if s.training.mixed_precision in ("bf16", "fp16") else 4

@@ -108,7 +108,7 @@ def model_size(s: Settings, found: Any) -> tuple[ModelSize | None, str]:
     if found.config is None:
         return None, (f"model {m.path} is not available here (no config.json); "
                       "the estimate needs the model's size: run the estimate where the model is")
-    from ..read.files import FileError, parse_json
+    from ..parse import FileError, parse_json
 
     try:
         config = parse_json(found.config.text(), str(found.config_file))

@@ -1,9 +1,9 @@
 """The `Plan`: what the settings resolve to (the strategy, the topology, the global batch),
 written to the manifest for the runtime.
 
-The rules stage makes it, once (`rules.check`); the later stages (`model_facts.py`, the
-artefacts), the memory estimate and the runtime read it. It has its own module so that none
-of them imports the rules for it, and the rules can use `model_facts` without an import cycle.
+The rules stage makes it, once (`rules.check`); the later stages (the memory estimate, the
+review, the artefacts) and the runtime read it. It has its own module so that none of them
+imports the rules for it.
 """
 
 from __future__ import annotations

@@ -57,14 +57,21 @@ def _no_disk(text: str) -> Any:
     return None
 
 
+#: What NVMe offload puts on each machine's disk: (settings, strategy, world, processes per
+#: machine, platform, the model's facts) -> bytes, 0 when unknown. The memory estimate computes
+#: it (`review/model_facts.py`'s `nvme_bytes`, a later stage), so the compile passes it in.
+OffloadNeed = Callable[[Settings, Strategy, int, int, str, Any], int]
+
+
 def check(n: Normalised, diags: Diagnostics, detected: str, found: Any = None,
-          disks: Callable[[str], Any] = _no_disk) -> Checked:
+          disks: Callable[[str], Any] = _no_disk, offload_need: OffloadNeed | None = None) -> Checked:
     """The rules stage: normalised settings -> diagnostics, resolved settings and the plan.
 
     Pure: `n` is not changed, and nothing is read. `detected` is what ``hardware.platform =
     "auto"`` means (the gather stage detected it); `found` is the model's gathered
     `inputs.ModelFacts` (the NVMe estimate; None: unknown), `disks` an NVMe path's gathered
-    `inputs.DiskFacts`. The DeepSpeed config is built here because a raw config may set the
+    `inputs.DiskFacts`, `offload_need` the estimate's NVMe need (None: unknown, the free
+    space is not compared). The DeepSpeed config is built here because a raw config may set the
     ZeRO stage, the batch factors and the precision, which the plan follows: the plan is made
     once, from the settings as they finally are."""
     s = _resolve(n, detected, diags)
@@ -179,11 +186,11 @@ def check(n: Normalised, diags: Diagnostics, detected: str, found: Any = None,
     rph = max(1, world // hw.num_machines)
     ds_cfg = None
     if ds_on:
-        from ..artefacts import deepspeed_config
-        from .model_facts import nvme_bytes
+        from . import deepspeed_config
 
         # the estimate's NVMe need at the settings' own ZeRO stage (the plan is made after the build)
-        need = nvme_bytes(s, Strategy.zero(s.deepspeed.zero_stage), world, rph, platform, found)
+        zero = Strategy.zero(s.deepspeed.zero_stage)
+        need = offload_need(s, zero, world, rph, platform, found) if offload_need is not None else 0
         ds_cfg, s = deepspeed_config.build(s, dp, explicit, diags, disks, need)
     return Checked(s, _plan(s, ds_on, world, rph, dp, platform), ds_cfg)
 

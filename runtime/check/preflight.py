@@ -181,8 +181,8 @@ def _resolve(arts: Artefacts, value: str) -> Path:
 
 
 def _known_faults(arts: Artefacts, m: str) -> list[Finding]:
-    """The compiler's known-fault warnings (compiler/plan/known_faults.py), kept in the manifest."""
-    from ...compiler.plan.known_faults import FIXES, KNOWN
+    """The compiler's known-fault warnings (compiler/review/known_faults.py), kept in the manifest."""
+    from ...compiler.review.known_faults import FIXES, KNOWN
 
     if arts is None:
         return []

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 from tuner.compiler.artefacts.emit import declared_values, render_yaml
-from tuner.compiler.canonical import spellings
 from tuner.compiler.canonical.normalise import normalise
 from tuner.compiler.diagnostics import Diagnostics
+from tuner.compiler.keys import spellings
 from tuner.compiler.keys.declare import sections, setting
 from tuner.compiler.keys.schema import accelerate_names, index_of
 from tuner.compiler.keys.schema_gen import input_schema, settings_schema

@@ -48,7 +48,7 @@ def test_the_plans_uses_are_read_from_its_strategy(strategy):
 
 
 def test_a_manifest_whose_uses_contradict_its_strategy_is_refused(tmp_path):
-    from tuner.compiler import compile_text
+    from tuner.compiler.compile import compile_text
     from tuner.compiler.artefacts import emit
     from tuner.runtime.artefacts import manifest_problem
 

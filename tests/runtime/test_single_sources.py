@@ -41,7 +41,7 @@ def test_no_exit_code_is_declared_again():
 
 
 def test_the_runtime_checks_a_manifest_plan_against_the_compilers_plan_fields(tmp_path):
-    from tuner.compiler import compile_text
+    from tuner.compiler.compile import compile_text
     from tuner.runtime.artefacts import manifest_problem
 
     r = compile_text('[hardware]\nplatform = "cpu"\n', out_dir=tmp_path / "build")

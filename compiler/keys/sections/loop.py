@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...canonical import spellings
+from .. import spellings
 from ..choices import ClipMethod, EmaDevice, LrScheduler, MixedPrecision, Optimizer, StateDictType, TimestepSampling
 from ..declare import setting
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...canonical import spellings
+from .. import spellings
 from ..choices import (
     BackwardPrefetch,
     CommStrategy,

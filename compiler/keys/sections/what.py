@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, get_args
 
-from ...canonical import spellings
+from .. import spellings
 from ..choices import DataFormat, ModelType, Pooling, TrainedFamily, trained_family
 from ..declare import setting
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...canonical import patterns, spellings
+from .. import patterns, spellings
 from ..choices import ClusterType, DynamoBackend, PlatformChoice, RdzvBackend
 from ..declare import setting
 

@@ -3,7 +3,7 @@
 The compiler stays torch-free and fast, so nothing here builds a model, and nothing here
 reads a file: the facts come from the compile's inputs (`inputs.ModelFacts`: the
 block-detection cache written by `tuner blocks` / the wizard, the built-in registry, a
-local ``config.json``; `inputs.CompileInputs.facts`: the hardware), gathered before.
+local ``config.json``; `gather.CompileInputs.facts`: the hardware), gathered before.
 
 * `check` refuses wrap classes the model does not contain, with the detected candidates as
   suggestions (when detection data exist for the model; else a note saying how to get
@@ -24,8 +24,8 @@ from ..keys import paths as K
 from ..keys.settings import Settings
 from ..memory import estimate as _estimate
 from ..memory.report import Estimate
-from .plan import Plan
-from .strategy import Strategy
+from ..plan.plan import Plan
+from ..plan.strategy import Strategy
 
 
 def known_classes(s: Settings, found) -> tuple[set[str] | None, list[str], str]:

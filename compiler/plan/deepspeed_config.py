@@ -1,4 +1,7 @@
-"""Building DeepSpeed's JSON from settings: builder fields and/or a raw config.
+"""DeepSpeed's config as the plan decides it, from settings: builder fields and/or a raw config.
+
+The plan stage decides every value (and adopts what a raw config says into the settings);
+the artefacts stage only renders the result as text (`compiler/artefacts/emit.py`).
 
 The raw ``deepspeed.config`` (DeepSpeed's own structure, as in the seed's manual example)
 wins where it says something; builder fields the person set fill the rest. The result is a
@@ -25,15 +28,8 @@ from ..diagnostics import Diagnostics
 from ..keys import paths as K
 from ..keys.choices import MixedPrecision, ZeroStage
 from ..keys.settings import Settings, global_batch
-from ..plan import deepspeed_rules
-from .deepspeed_offload import (  # noqa: F401 - the optimizer names are public here too
-    REPLACED_OPTIMIZERS,
-    SUPPORTED_OPTIMIZERS,
-    normalise_optimizer,
-    offload,
-    optimizer,
-    scheduler,
-)
+from . import deepspeed_rules
+from .deepspeed_offload import blocks
 
 
 def _as_int(value: Any) -> int:
@@ -75,9 +71,7 @@ def build(s: Settings, world_size: int, explicit: AbstractSet[str], diags: Diagn
     zero, s = _zero(out, s, explicit, builder, diags)
     if zero is None:
         return out, s
-    s = offload(out, zero, s, zero.get("stage", 0), explicit, diags, disks, offload_bytes_hint)
-    optimizer(out, zero, s, explicit, builder, diags)
-    scheduler(out, s, explicit, diags)
+    s = blocks(out, zero, s, explicit, builder, diags, disks, offload_bytes_hint)
     deepspeed_rules.leftover_auto(out, K.DEEPSPEED_CONFIG, "", diags)
     # What tuner added is held to the same rules as the source: a refusal names every key to
     # change, and a compile that passes never writes a JSON DeepSpeed would reject.

@@ -198,3 +198,13 @@ def scheduler(out: dict, s: Settings, explicit: AbstractSet[str], diags: Diagnos
              f"the DeepSpeed config's scheduler {sched.get('type')} sets the learning rate; "
              f"training.lr_scheduler = {s.training.lr_scheduler!r} is not used",
              "remove the scheduler from the DeepSpeed config (and deepspeed.scheduler) to use training.lr_scheduler")
+
+
+def blocks(out: dict, zero: dict, s: Settings, explicit: AbstractSet[str], builder: bool, diags: Diagnostics,
+           disks: Callable[[str], Any], offload_bytes_hint: int) -> Settings:
+    """`deepspeed_config.build`'s second half, in one call: the offload, optimizer and
+    scheduler blocks, in that order; the settings with the offload devices the run uses."""
+    s = offload(out, zero, s, zero.get("stage", 0), explicit, diags, disks, offload_bytes_hint)
+    optimizer(out, zero, s, explicit, builder, diags)
+    scheduler(out, s, explicit, diags)
+    return s

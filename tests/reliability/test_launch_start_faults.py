@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from tuner.compiler.diagnostics import EXIT_INTERRUPTED, EXIT_RANK_FAILED, EXIT_USAGE
 
+from tests import harness
 from tests.launch.launch_helpers import compile_build, env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,20 +60,19 @@ def one_rank_build(tmp_path_factory) -> Path:
     return compile_build(tmp_path_factory.mktemp("launch1"), {"hardware": {"platform": "cpu", "num_processes": 1}})
 
 
+@pytest.mark.slow  # starts a rank process (tests/tiers.py)
 def test_script_exit_code_is_reported_and_mapped_to_1(one_rank_build, tmp_path):
     """docs/launch.md: exit 1 when a rank fails; the script's own code (200, which would read as
     a signal) is named in the message, not passed on."""
     script = tmp_path / "fails.py"
     script.write_text("import sys\nsys.exit(200)\n")
-    p = subprocess.run([sys.executable, "-m", "tuner", "launch", str(one_rank_build), str(script)], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300, env=env())
+    p = harness.tuner('launch', str(one_rank_build), str(script), cwd=tmp_path, timeout=300)
     assert p.returncode == EXIT_RANK_FAILED, p.stderr[-3000:]
     assert "exit code 200" in p.stderr
 
 
 def test_missing_module_fails_before_any_rank_starts(one_rank_build, tmp_path):
-    p = subprocess.run([sys.executable, "-m", "tuner", "launch", str(one_rank_build), "-m", "no_such_module"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env())
+    p = harness.tuner('launch', str(one_rank_build), '-m', 'no_such_module', cwd=tmp_path, timeout=120)
     assert p.returncode == EXIT_USAGE, p.stderr[-3000:]
     assert "no module named 'no_such_module'" in p.stderr
     assert "Traceback" not in p.stderr and "rank" not in p.stderr  # no rank was started
@@ -88,9 +88,7 @@ def test_taken_rendezvous_port_is_named_before_ranks_start(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        p = subprocess.run([sys.executable, "-m", "tuner", "launch", "--machine-rank", "0", "--main-port", str(port),
-                            str(build), str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                           env=env())
+        p = harness.tuner('launch', '--machine-rank', '0', '--main-port', str(port), str(build), str(script), cwd=tmp_path, timeout=120)
     assert p.returncode == EXIT_RANK_FAILED, p.stderr[-3000:]
     assert f"rendezvous port {port} on this machine (machine 0) is taken" in p.stderr
     assert "ran" not in p.stderr and "Traceback" not in p.stderr

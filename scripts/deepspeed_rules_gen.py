@@ -1,11 +1,11 @@
 """`schemas/deepspeed_rules.json`, derived from DeepSpeed's own pydantic config models.
 
 `compiler/plan/deepspeed_rules.py` checks raw DeepSpeed configs against that file without
-importing DeepSpeed; this module writes it, and is the one that imports DeepSpeed to do so
-(like `compiler/artefacts/verify.py`, it is never imported by a compile). Run it again when
+importing DeepSpeed; this script writes it, and imports DeepSpeed to do so (outside the
+packages: no compile, no command imports it). Run it again when
 the DeepSpeed version changes:
 
-    python -m tuner.compiler.plan.deepspeed_rules_gen schemas/deepspeed_rules.json
+    python scripts/deepspeed_rules_gen.py schemas/deepspeed_rules.json
 
 A test re-derives the file from the installed DeepSpeed and fails when the committed one is
 stale (`tests/compiler/test_deepspeed_values.py`).
@@ -21,7 +21,7 @@ import typing
 from pathlib import Path, PurePath
 from typing import Any
 
-from ..diagnostics import EXIT_OK, EXIT_USAGE
+from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
 
 def _field_spec(annotation, metadata) -> dict[str, Any]:
@@ -118,7 +118,7 @@ def render_rules(rules: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) != 1 or argv[0].startswith("-"):
-        print("usage: python -m tuner.compiler.plan.deepspeed_rules_gen OUT.json", file=sys.stderr)
+        print("usage: python scripts/deepspeed_rules_gen.py OUT.json", file=sys.stderr)
         return EXIT_USAGE
     # DeepSpeed prints to stdout: the rules go to a file
     Path(argv[0]).write_text(render_rules(derive_rules()), encoding="utf-8")

@@ -22,9 +22,9 @@ from ..diagnostics import Diagnostics
 from ..keys import paths as K
 from ..keys.settings import Settings
 from ..memory.report import Estimate, fits
-from .plan import Plan
-from .rules_runtime import QLORA_PRECISION
-from .strategy import Strategy
+from ..plan.plan import Plan
+from ..plan.rules_runtime import QLORA_PRECISION
+from ..plan.strategy import Strategy
 
 KNOWN = "known fault: "
 

@@ -1,4 +1,4 @@
-"""Rank-divergent faults for tests/reliability/round4/test_rank_faults.py: a callback module a
+"""Rank-divergent faults for tests/reliability/processes/test_rank_divergent_faults.py: a callback module a
 test copies into its project folder and names with ``tuner run --callback rank_faults:Fault``.
 ``TUNER_TEST_FAULT`` picks the fault; the rank that injects it first writes ``fault.time``
 (when) into the project folder, so that the test measures from the fault to the run's end."""

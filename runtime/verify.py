@@ -1,7 +1,8 @@
 """The packages' own verdict on a build: accelerate's loader and launcher, DeepSpeed's parser.
 
-`tuner compile --verify` runs `python -m tuner.compiler.artefacts.verify BUILD` in a subprocess (the
-compiler itself never imports accelerate, deepspeed or torch). The tests import the same
+`tuner compile --verify` runs `python -m tuner.runtime.verify BUILD` in a subprocess (the
+compiler itself never imports accelerate, deepspeed or torch; this module lives in the runtime,
+which may). The tests import the same
 functions, so what CI checks and what the tests check cannot drift apart.
 
 What is run, in the build's project directory (where relative paths in the artefacts point):
@@ -32,8 +33,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE
-from .emit import ACCELERATE_YAML, DEEPSPEED_JSON, MANIFEST_JSON
+from ..compiler.artefacts.emit import ACCELERATE_YAML, DEEPSPEED_JSON, MANIFEST_JSON
+from ..compiler.diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 
 REQUIRED = ("accelerate", "torch")
 
@@ -257,7 +258,7 @@ def _verify_in_project(yaml_path: Path, plan: dict, settings: dict, problems: li
 
 
 def run_in_subprocess(build_dir: Path, project_dir: Path, uses_deepspeed: bool) -> tuple[int, str]:
-    """`python -m tuner.compiler.artefacts.verify BUILD` in the project directory; (exit status, output).
+    """`python -m tuner.runtime.verify BUILD` in the project directory; (exit status, output).
 
     Returns (EXIT_USAGE, message) without starting anything when a needed package is missing."""
     need = list(REQUIRED) + (["deepspeed"] if uses_deepspeed else [])
@@ -266,7 +267,7 @@ def run_in_subprocess(build_dir: Path, project_dir: Path, uses_deepspeed: bool) 
         return EXIT_USAGE, (f"--verify needs {', '.join(missing)} installed (the packages whose verdict it reports); "
                    "install them (pip install 'tuner-train[deepspeed]') or drop --verify")
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, "-m", "tuner.compiler.artefacts.verify", str(build_dir)], cwd=project_dir,
+    proc = subprocess.run([sys.executable, "-m", "tuner.runtime.verify", str(build_dir)], cwd=project_dir,
                           capture_output=True, text=True, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("verify:", "  "))]
     text = "\n".join(lines) if lines else (proc.stdout + proc.stderr).strip()[-4000:]
@@ -276,7 +277,7 @@ def run_in_subprocess(build_dir: Path, project_dir: Path, uses_deepspeed: bool) 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-"):
-        print("usage: python -m tuner.compiler.artefacts.verify BUILD_DIR...", file=sys.stderr)
+        print("usage: python -m tuner.runtime.verify BUILD_DIR...", file=sys.stderr)
         return EXIT_USAGE
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)

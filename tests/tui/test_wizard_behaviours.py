@@ -10,9 +10,8 @@ import pytest
 from rich.text import Text
 from textual import events
 from textual.widgets import DataTable, Static
-
 from tuner.commands.wizard import finish
-from tuner.compiler import compile_file, compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.diagnostics import EXIT_INTERNAL
 from tuner.tui.help import HelpScreen
 from tuner.tui.keys import KEYS

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..keys.declare import spelling_table
+from .declare import spelling_table
 
 #: Well-known model names -> (family, flavour). `--model_family=sdxl` is the seed's example.
 FAMILY_ALIASES: dict[str, tuple[str, str]] = {

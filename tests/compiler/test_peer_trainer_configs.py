@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tuner.compiler import compile_text
-from tuner.compiler.artefacts.verify import _environ, pretend_cuda
+from tuner.runtime.verify import _environ, pretend_cuda
+from tuner.compiler.compile import compile_text
 from tuner.compiler.formats.importer import ImportRefused, import_files, to_toml
 
 from tests.compiler.interop import FSDP_FIELDS, _plain, deepspeed_effective, launch_view, script_filled
