@@ -183,7 +183,9 @@ def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
         try:
             return _launch_cpu_once(arts, entry, topo, nproc)
         except _PortRaced:
-            pass
+            print(f"{entry.command}: the rendezvous port {topo.main_port} was free when looked at and taken when "
+                  f"bound (another program or run); starting the ranks on a port the system picks", file=sys.stderr,
+                  flush=True)
     print(port_taken_message(entry.command, topo.main_port), file=sys.stderr)
     return EXIT_RANK_FAILED
 

@@ -21,7 +21,7 @@ import torch
 
 from ..compiler.plan.strategy import Strategy
 from . import checkpoint as ckpt
-from . import cpu_shim, portable_state, rank_guard, resume_rules, tracking
+from . import cpu_shim, portable_state, rank_guard, resume_agree, resume_rules, tracking
 from .artefacts import Artefacts, RunError
 from .callbacks import Callbacks
 from .families import get_family
@@ -203,7 +203,9 @@ class Trainer:
         self.step, self.epoch, self.batches_in_epoch, self.tokens_seen = 0, 0, 0, 0
         if self.main:
             ckpt.remove_partial(self.ckdir)
-        path = ckpt.resolve_resume(self.resume_arg, self.out)
+        # every rank the same checkpoint, or none trains: runtime/resume_agree.py
+        path = resume_agree.agreed(lambda: ckpt.resolve_resume(self.resume_arg, self.out), self.ckdir) \
+            if self.resume_arg else None
         if path is None:
             if self.resume_arg:
                 self.say(f"no checkpoint to resume in {self.ckdir}; starting fresh")
