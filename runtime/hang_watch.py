@@ -32,9 +32,9 @@ import threading
 import time
 from pathlib import Path
 
+from . import knobs
 from .rank_guard import RANKS_DIR
 
-HANG_S = float(os.environ.get("TUNER_HANG_S", "25"))
 POLL_S = 1.0
 
 
@@ -84,8 +84,8 @@ def culprit(ranks: dict[int, dict], now: float, bound: float) -> str | None:
 class HangWatch:
     """Started by the launcher before its ranks; `cause` is set once it stopped them."""
 
-    def __init__(self, output_dir: Path, bound: float = HANG_S) -> None:
-        self.output_dir, self.bound = Path(output_dir), bound
+    def __init__(self, output_dir: Path, bound: float | None = None) -> None:
+        self.output_dir, self.bound = Path(output_dir), bound if bound is not None else knobs.hang_s()
         self.started = time.time()
         self.cause: str | None = None
         self.stacks: Path | None = None

@@ -21,7 +21,7 @@ import torch
 
 from ..compiler.plan.strategy import Strategy
 from . import checkpoint as ckpt
-from . import cpu_shim, portable_state, rank_guard, resume_agree, resume_rules, tracking
+from . import cpu_shim, knobs, portable_state, rank_guard, resume_agree, resume_rules, tracking
 from .artefacts import Artefacts, RunError
 from .callbacks import Callbacks
 from .families import get_family
@@ -32,7 +32,6 @@ from .optim import offload_optimizer_block, optimizer_and_scheduler
 from .progress import Reporter
 
 #: Process-group timeout: a collective waiting this long for a dead peer fails the rank.
-PG_TIMEOUT_S = float(os.environ.get("TUNER_PG_TIMEOUT", "300"))
 
 
 class Trainer:
@@ -65,7 +64,7 @@ class Trainer:
         from accelerate import Accelerator
         from accelerate.utils import DataLoaderConfiguration, InitProcessGroupKwargs, set_seed
 
-        timeout = timedelta(seconds=PG_TIMEOUT_S)
+        timeout = timedelta(seconds=knobs.pg_timeout_s())
         if self.is_ds:
             import deepspeed
 
