@@ -31,8 +31,6 @@ from .memory import rank_state_bytes
 from .optim import offload_optimizer_block, optimizer_and_scheduler
 from .progress import Reporter
 
-#: Process-group timeout: a collective waiting this long for a dead peer fails the rank.
-
 
 class Trainer:
     def __init__(self, arts: Artefacts, resume: str = "", max_steps: int | None = None,
