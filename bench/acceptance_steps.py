@@ -38,16 +38,16 @@ def check_export(build_dir: str, trace: str, export_dir: str, initial_dir: str) 
 
     import torch
     from transformers import AutoModelForCausalLM
-
     from tuner.runtime.artefacts import load
+    from tuner.runtime.data_sources.driver import rank_data
     from tuner.runtime.families import get_family
     from tuner.runtime.families.base import FamilyContext
 
     arts = load(build_dir)
     s = arts.settings
     fam = get_family(s.model.family)(FamilyContext(s, arts.base_dir, seed=s.training.seed))
-    train, _ = fam.build_datasets()
-    ids = fam.collate([train[i] for i in range(2)])["input_ids"]  # the batch the trainer's trace used
+    data = rank_data(fam)
+    ids = data.collate([data.train[i] for i in range(2)])["input_ids"]  # the batch the trainer's trace used
     dev = "cuda" if torch.cuda.is_available() and arts.plan.platform != "cpu" else "cpu"
     bf16 = s.training.mixed_precision == "bf16"
     ref = torch.tensor(json.loads(Path(trace).read_text())["logits"])

@@ -54,8 +54,9 @@ def arm(root: Path, cached: bool, args) -> tuple[float, float]:
     """(steps/s, cache build seconds) of one arm."""
     from torch.utils.data import DataLoader
     from tuner.compiler.keys.settings import Settings
+    from tuner.runtime.data_sources.buckets import BucketBatchSampler
+    from tuner.runtime.data_sources.driver import rank_data
     from tuner.runtime.families.base import FamilyContext
-    from tuner.runtime.families.diffusion.buckets import BucketBatchSampler
     from tuner.runtime.families.diffusion.family import DiffusionFamily
 
     s = Settings.from_dict({"model": {"family": "diffusion", "path": str(root / "sd")},
@@ -64,12 +65,13 @@ def arm(root: Path, cached: bool, args) -> tuple[float, float]:
                             "output": {"dir": str(root / "out")}})
     fam = DiffusionFamily(FamilyContext(settings=s, base_dir=root, seed=0))
     t0 = time.perf_counter()
-    train, _ = fam.build_datasets()
+    data = rank_data(fam)
+    train = data.train
     build = time.perf_counter() - t0
     torch.manual_seed(0)
     model = fam.prepare_model(fam.build_model())
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-    loader = DataLoader(train, batch_sampler=BucketBatchSampler(train.bucket_of, args.batch, 1, 1, 0), collate_fn=fam.collate)
+    loader = DataLoader(train, batch_sampler=BucketBatchSampler(train.bucket_of, args.batch, 1, 1, 0), collate_fn=data.collate)
     batches = iter(())
     done, t_start = 0, 0.0
     while done < args.steps + 2:

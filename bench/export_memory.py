@@ -1,7 +1,7 @@
 """Peak memory of `tuner checkpoint export` (streamed) against the bound, and its bytes against
 the full-state path's, on a locally made Llama of about 107M parameters (428 MB in fp32).
 
-    python bench/export_memory.py [--kinds ddp,fsdp2,fsdp2_full,zero2,zero3] [--shard 100MB] [--keep DIR]
+    python bench/export_memory.py [--kinds ddp,fsdp2,...] [--shard 100MB] [--keep DIR]    # kinds: KINDS
 
 For each checkpoint kind: one `tuner run` on two gloo ranks (1 step, a checkpoint at step 1),
 then two exports of that checkpoint, each in a fresh process:
@@ -36,7 +36,12 @@ sys.path.insert(0, str(REPO))
 
 FSDP2 = {"enabled": True, "version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}
 KINDS = {"ddp": {}, "fsdp2": {"fsdp": FSDP2}, "fsdp2_full": {"fsdp": FSDP2, "checkpoint": {"state_dict_type": "full"}},
+         "zero1": {"deepspeed": {"enabled": True, "zero_stage": 1}},
          "zero2": {"deepspeed": {"enabled": True, "zero_stage": 2}},
+         "zero2_offload": {"deepspeed": {"enabled": True, "zero_stage": 2, "offload_optimizer": "cpu"}},
+         "zero2_lora": {"deepspeed": {"enabled": True, "zero_stage": 2},  # frozen base: DeepSpeed's frozen fragments
+                        "model": {"type": "lora", "lora_rank": 8, "lora_alpha": 16,
+                                  "lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}},
          "zero3": {"deepspeed": {"enabled": True, "zero_stage": 3}}}
 #: 15 layers, 768 wide, MLP 2048, the bundled 512-token vocabulary: 107M parameters.
 SHAPE = {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 15, "num_attention_heads": 12,
@@ -50,6 +55,7 @@ import torch, safetensors.torch, huggingface_hub, torch.distributed.checkpoint
 from tuner.runtime import checkpoint as ck
 from tuner.runtime.export import export_checkpoint, full_state_dict
 from tuner.runtime.export_sources import open_source
+from tuner.runtime.export_zero import open_zero
 from tuner.compiler.keys.settings import Settings
 from tuner.runtime.families import get_family
 from tuner.runtime.families.base import FamilyContext
@@ -95,8 +101,9 @@ def make_checkpoint(root: Path, kind: str) -> Path:
     if not (d / "base").exists():
         (d / "base").symlink_to(base)
     extra = {k: dict(v) for k, v in KINDS[kind].items()}
-    settings = merged(model={"path": "base"}, training={"micro_batch_size": 1, "max_steps": 1, "validation_every": 0,
-                                                        "learning_rate": 1e-4},
+    model = {"path": "base", **extra.pop("model", {})}
+    settings = merged(model=model, training={"micro_batch_size": 1, "max_steps": 1, "validation_every": 0,
+                                             "learning_rate": 1e-4},
                       checkpoint={"every_steps": 1, "keep_last": 1, "export": False, **extra.pop("checkpoint", {})},
                       **extra)
     run = tuner_run(d, settings, trace=False, timeout=1800)
@@ -115,10 +122,15 @@ def export_in_child(mode: str, ckpt: Path, out: Path, shard: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def identical(a: Path, b: Path) -> bool:
-    files = sorted(p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file() and p.name != "tuner_export.json")
-    other = sorted(p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file() and p.name != "tuner_export.json")
-    return files == other and all(filecmp.cmp(a / f, b / f, shallow=False) for f in files)
+def identical(a: Path, b: Path) -> str:
+    """"True" when every output file is byte-identical between the two folders, else the
+    files that differ or that only one has."""
+    def files(d: Path) -> set[str]:
+        return {p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file() and p.name != "tuner_export.json"}
+
+    fa, fb = files(a), files(b)
+    differ = sorted(fa ^ fb) + sorted(f for f in fa & fb if not filecmp.cmp(a / f, b / f, shallow=False))
+    return "True" if not differ else "differ: " + ", ".join(differ)
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 Issue 11 found two inputs that took seconds: one long line inside a multi-line TOML string
 (a super-quadratic regex in the key locator) and a model ``config.json`` with millions of
 layers (one parameter size listed per tensor). Each case below is compiled in-process
-(`tuner.compiler.compile_file`, what every command calls) and compared with the largest
+(`tuner.compiler.compile.compile_file`, what every command calls) and compared with the largest
 bundled example, interleaved, median of N runs. Target: every case below 1 s, whatever
 the ratio.
 
@@ -48,7 +48,8 @@ def cases(d: Path) -> dict[str, Path]:
 
 
 def once(path: Path) -> float:
-    from tuner.compiler import SourceError, compile_file
+    from tuner.compiler.compile import compile_file
+    from tuner.compiler.read.source import SourceError
 
     start = time.perf_counter()
     try:

@@ -39,6 +39,7 @@ def loop(build_dir: str, steps: int, warmup: int, result: str) -> None:
     from torch.utils.data import DataLoader
     from tuner.runtime import cpu_shim
     from tuner.runtime.artefacts import load
+    from tuner.runtime.data_sources.driver import rank_data
     from tuner.runtime.families import get_family
     from tuner.runtime.families.base import FamilyContext
 
@@ -50,9 +51,9 @@ def loop(build_dir: str, steps: int, warmup: int, result: str) -> None:
     fam = get_family(s.model.family)(FamilyContext(s, arts.base_dir, seed=s.training.seed,
                                                    rank=acc.process_index, world_size=acc.num_processes))
     model = fam.prepare_model(fam.build_model())
-    train, _ = fam.build_datasets()
-    loader = DataLoader(train, batch_size=s.training.micro_batch_size, shuffle=True, drop_last=True,
-                        collate_fn=fam.collate)
+    data = rank_data(fam)
+    loader = DataLoader(data.train, batch_size=s.training.micro_batch_size, shuffle=True, drop_last=True,
+                        collate_fn=data.collate)
     ds_cfg = arts.deepspeed_config()
     params = [p for p in model.parameters() if p.requires_grad]
     if "optimizer" in ds_cfg:

@@ -54,7 +54,8 @@ def run(args) -> int:
 def _offload_path(settings: Path | None) -> str | None:
     if settings is None:
         return None
-    from ..compiler import SourceError, compile_file
+    from ..compiler.compile import compile_file
+    from ..compiler.read.source import SourceError
 
     try:
         result = compile_file(settings)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from ..compiler import EXIT_INVALID, EXIT_OK, EXIT_USAGE, SourceError, compile_file
-from ..compiler.diagnostics import render_json, render_text
+from ..compiler.compile import compile_file
+from ..compiler.diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, render_json, render_text
 from ..compiler.read.files import describe_os_error
+from ..compiler.read.source import SourceError
 
 
 def run(args) -> int:
@@ -38,7 +39,7 @@ def run(args) -> int:
     if not getattr(args, "verify", False):
         _print(args, items, ok=True, out=str(out), files=sorted(result.files), strategy=plan.strategy)
         return EXIT_OK
-    from ..compiler.artefacts.verify import run_in_subprocess
+    from ..runtime.verify import run_in_subprocess
 
     project = args.settings.resolve().parent
     code, verdict = run_in_subprocess(out, project, plan.uses_deepspeed)

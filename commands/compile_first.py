@@ -12,8 +12,9 @@ from ..compiler.diagnostics import EXIT_INVALID, EXIT_USAGE
 def compile_settings(settings: Path, overrides: list[str], keep: dict[str, str] | None = None) -> Path | int:
     """The build directory, or the exit code when the compile failed (its diagnostics printed).
     `keep`: receives the artefacts as compiled (name -> text), whoever writes the folder next."""
-    from ..compiler import SourceError, compile_file
+    from ..compiler.compile import compile_file
     from ..compiler.diagnostics import render_text
+    from ..compiler.read.source import SourceError
 
     try:
         result = compile_file(settings, overrides)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import sys
 
-from ..compiler import EXIT_INVALID, EXIT_OK, EXIT_USAGE, compile_inputs
-from ..compiler.diagnostics import render_text
+from ..compiler.compile import compile_inputs
+from ..compiler.diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, render_text
 from .settings_input import gather_or_exit_code
 
 TRAINED, MASKED, RESET = "\x1b[1;32m", "\x1b[2m", "\x1b[0m"
@@ -33,25 +33,26 @@ def run(args) -> int:
         print(render_text(result.diagnostics.errors) or "the settings do not compile", file=sys.stderr)
         return EXIT_INVALID
     s = result.settings
-    if s.model.family == "diffusion":
+    if s.model.trained_family == "diffusion":
         from .data_diffusion import show
 
         return show(s, inputs.project_dir, args.json)
-    if s.model.family != "causal_lm":
+    if s.model.trained_family != "causal_lm":
         print(f"tuner data: shows causal-LM and diffusion data; model.family is {s.model.family!r}", file=sys.stderr)
         return EXIT_USAGE
+    from ..runtime.data_sources.driver import rank_data
     from ..runtime.families import FamilyError
     from ..runtime.families.base import FamilyContext
     from ..runtime.families.causal_lm import CausalLMFamily
 
     fam = CausalLMFamily(FamilyContext(settings=s, base_dir=inputs.project_dir, seed=s.training.seed))
     try:
-        train, _ = fam.build_datasets()
-        rows = _first(train, args.rows)
+        data = rank_data(fam)  # the ranks' own driver: the rows exactly as they train on them
+        rows = _first(data.train, args.rows)
     except FamilyError as exc:
         print(f"tuner data: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", EXIT_USAGE)
-    stats = dict(fam.data_stats, packed=bool(fam.packed_rows), seq_len=s.data.seq_len,
+    stats = dict(data.stats, packed=bool(data.packed), seq_len=s.data.seq_len,
                  streamed=bool(s.data.streaming), completion_only_loss=bool(s.data.completion_only_loss))
     if args.json:
         print(json.dumps({"stats": stats, "rows": rows}, indent=1))

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..compiler import EXIT_OK, EXIT_USAGE
+from ..compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
 
 def show(settings: Any, project_dir: Path, as_json: bool) -> int:

@@ -18,7 +18,8 @@ def run(args) -> int:
 
     paths = {K.OUTPUT_DIR: "output"}
     if args.settings is not None:
-        from ..compiler import SourceError, compile_file
+        from ..compiler.compile import compile_file
+        from ..compiler.read.source import SourceError
 
         try:
             result = compile_file(args.settings)

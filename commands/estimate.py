@@ -18,8 +18,8 @@ import dataclasses
 import json
 import sys
 
-from ..compiler import EXIT_INVALID, EXIT_OK, compile_inputs
-from ..compiler.diagnostics import render_text
+from ..compiler.compile import compile_inputs
+from ..compiler.diagnostics import EXIT_INVALID, EXIT_OK, render_text
 from .settings_input import gather_or_exit_code
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..compiler import compile_text
+from ..compiler.compile import compile_text
 from ..compiler.diagnostics import EXIT_INVALID, EXIT_OK, EXIT_USAGE, render_text
 from ..compiler.formats.importer import ImportError_, import_files, to_toml
 from ..compiler.read.files import MAX_CONFIG_BYTES, describe_os_error, write_atomic

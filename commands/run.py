@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..compiler.diagnostics import EXIT_INVALID, EXIT_USAGE
 from .compile_first import compile_settings
+
+if TYPE_CHECKING:
+    from ..runtime.artefacts import Artefacts
 
 
 def run(args) -> int:
@@ -55,7 +59,7 @@ def run(args) -> int:
         return exc.exit_code
 
 
-def _run_locked(args, target: Path, run_build, files: dict[str, bytes], arts) -> int:
+def _run_locked(args, target: Path, run_build, files: dict[str, bytes], arts: Artefacts) -> int:
     from ..runtime.launch import Topology, launch, worker_entry
     from ..runtime.run_lock import acquire_run_lock, check_output_dir
 
@@ -99,7 +103,7 @@ def _freeze(run_build, files: dict[str, bytes], output_dir: Path, machine: int |
                        "free space there or set output.dir to a writable directory") from None
 
 
-def _check_trainable(arts) -> None:
+def _check_trainable(arts: Artefacts) -> None:
     """A build compiled for another trainer (a family or standalone context parallelism
     tuner's runtime does not implement) is refused before any rank starts."""
     from ..compiler.artefacts.emit import ACCELERATE_YAML
@@ -132,7 +136,7 @@ def _check_trainable(arts) -> None:
                        "fsdp.version = 2 and context_parallel.standalone = false", exit_code=EXIT_INVALID)
 
 
-def _check_data(arts) -> None:
+def _check_data(arts: Artefacts) -> None:
     """Open and check the training data once, before any rank starts (runtime/data_sources/)."""
     from ..runtime.data_sources.check import check_run_data
 
@@ -141,7 +145,7 @@ def _check_data(arts) -> None:
         print(line, flush=True)
 
 
-def _check_resume(arts, resume: str | None, max_steps: int | None = None, new_global_batch: bool = False) -> str:
+def _check_resume(arts: Artefacts, resume: str | None, max_steps: int | None = None, new_global_batch: bool = False) -> str:
     """Refuse a missing or incompatible checkpoint (another strategy tuner cannot carry, a
     world size that cannot keep the global batch), or one past the run's last step, before
     any rank starts (the trainer checks again on every rank). Returns what the ranks resume:
@@ -171,7 +175,7 @@ def _check_resume(arts, resume: str | None, max_steps: int | None = None, new_gl
     return resume
 
 
-def _clear_stale_offload(arts) -> None:
+def _clear_stale_offload(arts: Artefacts) -> None:
     """Before a DeepSpeed run: remove swap folders earlier runs left in the NVMe path."""
     if not arts.plan.uses_deepspeed:
         return

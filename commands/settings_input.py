@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from ..compiler import EXIT_INVALID, EXIT_USAGE, CompileInputs, SourceError, gather
-from ..compiler.read.source import read_settings
+from ..compiler.diagnostics import EXIT_INVALID, EXIT_USAGE
+from ..compiler.gather import CompileInputs, gather
+from ..compiler.read.source import SourceError, read_settings
 
 
 def gather_or_exit_code(args) -> CompileInputs | int:

@@ -29,7 +29,7 @@ class RunError(Exception):
         self.exit_code = exit_code
 
 
-@dataclass
+@dataclass(frozen=True)
 class Artefacts:
     build_dir: Path
     manifest: dict[str, Any]
@@ -97,7 +97,7 @@ def load(build_dir: Path) -> Artefacts:
         raise RunError(f"{mf} is damaged, edited by hand or from another tuner version ({problem}); "
                        "recompile with `tuner compile SETTINGS`")
     settings = Settings.from_dict(manifest["settings"])
-    plan = Plan(**{**manifest["plan"], "strategy": Strategy(manifest["plan"]["strategy"])})
+    plan = Plan.from_dict(manifest["plan"])
     arts = Artefacts(build_dir.resolve(), manifest, settings, plan)
     if not arts.accelerate_yaml.is_file():
         raise RunError(f"{arts.accelerate_yaml} is missing; recompile with `tuner compile`")
@@ -131,7 +131,9 @@ def check_unchanged(arts: Artefacts) -> None:
 
 
 #: The plan's fields and their JSON types, from the compiler's `Plan` (the strategy is its string).
-_PLAN_TYPES = {name: str if kind is Strategy else kind for name, kind in typing.get_type_hints(Plan).items()}
+#: The manifest's plan entries: the `Plan`'s fields and the two it derives from the strategy.
+_PLAN_TYPES = {**{name: str if kind is Strategy else kind for name, kind in typing.get_type_hints(Plan).items()},
+               "uses_deepspeed": bool, "uses_fsdp": bool}
 
 
 def manifest_problem(manifest: Any) -> str | None:
@@ -174,6 +176,10 @@ def manifest_problem(manifest: Any) -> str | None:
         return f"unknown plan keys {', '.join(sorted(set(plan) - set(_PLAN_TYPES)))}"
     if plan["strategy"] not in set(Strategy):
         return f"plan.strategy {plan['strategy']!r} is not one of {', '.join(Strategy)}"
+    strategy = Strategy(plan["strategy"])
+    for key, derived in (("uses_deepspeed", strategy.is_deepspeed), ("uses_fsdp", strategy.is_fsdp)):
+        if plan[key] != derived:
+            return f"plan.{key} is {plan[key]!r} but plan.strategy is {strategy}"
     topology = manifest.get("topology", {})
     if not isinstance(topology, dict):
         return "topology is not an object"

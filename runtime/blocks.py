@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..compiler.keys.choices import trained_family
 from ..compiler.plan.rules import TRAINED_FAMILIES
 from ..compiler.read import block_cache
 from ..compiler.read import builtin_models as tiny_configs
@@ -149,7 +150,7 @@ def _prepare(spec: ModelSpec):
         cfg_obj = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     else:
         cfg_obj = AutoConfig.from_pretrained(str(spec.config_dir))
-    auto = transformers.AutoModelForCausalLM if spec.family == "causal_lm" else transformers.AutoModel
+    auto = transformers.AutoModelForCausalLM if trained_family(spec.family) == "causal_lm" else transformers.AutoModel
     try:
         auto._model_mapping[type(cfg_obj)]  # imports the modeling module now, not in the timed build
     except KeyError:

@@ -22,8 +22,9 @@ import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
+from ..compiler.keys.choices import StateDictType
 from ..compiler.plan.strategy import Strategy
 from .artefacts import RunError
 
@@ -32,14 +33,21 @@ LATEST = "latest"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 TMP_PREFIX = ".tmp-"
 
+#: What a checkpoint holds, its record's ``state_dict_type``: a wider vocabulary than the setting
+#: of that name (`StateDictType`, FSDP's ``sharded`` or ``full``, spelt the same), adding
+#: ``deepspeed`` (ZeRO's own files) and ``universal`` (DeepSpeed's universal checkpoint,
+#: `checkpoint_convert.py`). DDP and one-process runs hold ``full`` tensors. Every version of
+#: tuner has written these words; a record with another is damaged (`meta_problem`).
+HeldState = Literal[StateDictType, "deepspeed", "universal"]
+
 
 @dataclass
 class CheckpointMeta:
     step: int
     strategy: Strategy
     """The plan's strategy: ddp, single, fsdp1, fsdp2, zero1..zero3 (the JSON holds its string)."""
-    state_dict_type: str
-    """sharded or full (FSDP); 'full' for DDP; 'deepspeed' for ZeRO."""
+    state_dict_type: HeldState
+    """sharded or full (FSDP); 'full' for DDP; 'deepspeed' for ZeRO; 'universal' once converted."""
     world_size: int
     epoch: int = 0
     batches_in_epoch: int = 0
@@ -106,6 +114,8 @@ def meta_problem(ckpt: Path) -> str | None:
         return f"the folder is named {ckpt.name} but its {META} records step {data['step']}"
     if data["strategy"] not in set(Strategy):
         return f"{META}: strategy is {data['strategy']!r}, not one of {', '.join(Strategy)}"
+    if data["state_dict_type"] not in get_args(HeldState):
+        return f"{META}: state_dict_type is {data['state_dict_type']!r}, not one of {', '.join(get_args(HeldState))}"
     return _state_problem(ckpt, Strategy(data["strategy"])) or _size_problem(ckpt, data.get("files", {}))
 
 
@@ -273,7 +283,7 @@ def resolve_resume(resume: str, output_dir: Path) -> Path | None:
     return p
 
 
-def state_dict_kind(strategy: Strategy, state_dict_type: str) -> str:
+def state_dict_kind(strategy: Strategy, state_dict_type: HeldState) -> HeldState:
     """What a checkpoint of this strategy holds: 'deepspeed', FSDP's 'sharded'/'full', or
     'full' (DDP and single-process runs keep whole tensors)."""
     if strategy.is_deepspeed:

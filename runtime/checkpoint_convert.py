@@ -25,7 +25,7 @@ from . import checkpoint as ckpt
 from .artefacts import RunError
 
 #: `CheckpointMeta.state_dict_type` of a checkpoint whose DeepSpeed part is universal.
-UNIVERSAL = "universal"
+UNIVERSAL: ckpt.HeldState = "universal"
 #: The DeepSpeed tag accelerate saves under (``save_checkpoint(dir, "pytorch_model")``).
 DS_TAG = "pytorch_model"
 

@@ -25,6 +25,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ..compiler.keys import paths as K
+from ..compiler.keys.settings import Settings
 from ..compiler.read.hardware import DiskInfo, GpuInfo, HardwareFacts, OpInfo, host_memory_bytes
 
 PACKAGES = ("torch", "accelerate", "deepspeed", "transformers", "diffusers", "peft", "safetensors")
@@ -179,7 +180,7 @@ def collect(paths: dict[str, str] | None = None, probe_ops: bool = True) -> Hard
     return facts
 
 
-def paths_from_settings(s, base_dir: Path | None = None) -> dict[str, str]:
+def paths_from_settings(s: Settings, base_dir: Path | None = None) -> dict[str, str]:
     """The directories a run of settings `s` writes to (for the disk report)."""
     def resolve(p: str) -> str:
         path = Path(p).expanduser()

@@ -20,7 +20,8 @@ from pathlib import Path
 from . import checkpoint as ckpt
 from .artefacts import RunError
 from .export_shards import DEFAULT_MAX_SHARD
-from .families.base import FamilyError
+from .families.base import Family, FamilyError
+from .full_disk import no_space
 
 
 def full_state_dict(path: Path, meta: ckpt.CheckpointMeta) -> dict:
@@ -221,37 +222,23 @@ def _export_locked(path: Path, out_dir: Path, previous: list[str], max_shard_siz
     write_export(write, out_dir, previous, str(path.resolve()))
 
 
-def streamed(fam, path: Path, meta: ckpt.CheckpointMeta, target: Path, max_shard_size: int | str) -> bool:
+def streamed(fam: Family, path: Path, meta: ckpt.CheckpointMeta, target: Path, max_shard_size: int | str) -> bool:
     """Write the export shard by shard from the checkpoint's files when the family can
-    (`export_sources.py`, `export_shards.py`); False when it cannot: the full state is read."""
+    (`export_sources.py`, `export_zero.py`, `export_shards.py`); False when it cannot: the full state is read."""
     from .export_shards import give_freed_memory_back
     from .export_sources import open_source
+    from .export_zero import open_zero
 
-    stream = getattr(fam, "export_streamed", None)
-    if stream is None:
+    if not fam.streams_export:
         return False
     give_freed_memory_back()  # before the reader: DeepSpeed's frees what it does not keep
-    source = open_source(path, meta.strategy.is_deepspeed)
+    source = open_zero(path) if meta.strategy.is_deepspeed else open_source(path)
     if source is None:
         return False
-    if stream(source, target, max_shard_size):
+    if fam.export_streamed(source, target, max_shard_size):
         return True
     shutil.rmtree(target, ignore_errors=True)  # anything written before it knew
     return False
-
-
-def _no_space(exc: BaseException, out_dir: Path) -> OSError | None:
-    """A full disk met by a library's writer (safetensors says only "I/O error: No space left
-    on device (os error 28)", as a SafetensorError) as an OSError naming `out_dir`; None for
-    any other failure."""
-    import errno
-
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return exc if exc.filename else OSError(exc.errno, exc.strerror, str(out_dir))
-    text = str(exc)
-    if "No space left on device" in text or "os error 28" in text or "Disk quota exceeded" in text:
-        return OSError(errno.ENOSPC, "No space left on device", str(out_dir))
-    return None
 
 
 def export_model_dir(write: Callable[[Path], None], out_dir: Path, source: str) -> None:
@@ -289,7 +276,7 @@ def write_export(write: Callable[[Path], None], out_dir: Path, previous: list[st
             try:
                 write(model_dir)
             except Exception as exc:
-                full = _no_space(exc, out_dir)
+                full = no_space(exc, out_dir)
                 if full is None:
                     raise
                 raise full from None

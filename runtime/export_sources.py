@@ -10,10 +10,8 @@ libraries' own readers:
   so a tensor is read from the file only when a shard writes it.
 * FSDP sharded (DCP ``pytorch_model_fsdp_0/``): ``torch.distributed.checkpoint``'s
   ``FileSystemReader`` metadata, and ``dcp.load`` of just those keys (no process group).
-* DeepSpeed ZeRO: DeepSpeed's ``get_fp32_state_dict_from_zero_checkpoint(lazy_mode=True)``:
-  ZeRO-3 parameters are gathered one by one from the memory-mapped partitions (`release`
-  drops the pages a shard read); ZeRO-1/2's reader concatenates the partitions (DeepSpeed's
-  own step: one fp32 copy of the model, never two).
+* DeepSpeed ZeRO: `export_zero.py` (one parameter at a time from the memory-mapped
+  partitions, every stage).
 """
 
 from __future__ import annotations
@@ -110,28 +108,6 @@ class DCPSource(Source):
         return want
 
 
-class ZeroSource(Source):
-    def __init__(self, path: Path) -> None:
-        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-
-        self.state = get_fp32_state_dict_from_zero_checkpoint(str(path), lazy_mode=True)
-        self.shapes = {k: (tuple(v.shape), v.dtype) for k, v in self.state.items()}
-        flats = {flat.data_ptr(): flat for lazy in self.state.values()  # ZeRO-3's partitions, one per rank and group
-                 for per_rank in getattr(lazy, "flat_groups", ()) for flat in per_rank}
-        self.mapped = [flat for flat in flats.values() if _file_backed(flat, "optim_states.pt")]
-
-    def load(self, names):
-        out = {}
-        for n in names:  # each parameter gathered from every rank's partition, then those pages dropped
-            out[n] = self.state[n].contiguous()
-            self.release()
-        return out
-
-    def release(self) -> None:
-        for flat in self.mapped:
-            drop_pages(flat)
-
-
 def _file_backed(tensor: Any, suffix: str) -> bool:
     """Whether `tensor` lies inside this process's mapping of a file whose name ends with `suffix`
     (/proc/self/maps): the only memory `drop_pages` may be used on."""
@@ -161,10 +137,9 @@ def drop_pages(tensor: Any) -> None:
         libc.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), 4)  # MADV_DONTNEED
 
 
-def open_source(path: Path, is_deepspeed: bool) -> Source | None:
-    """The piecewise reader of a checkpoint folder's model state; None when it holds none."""
-    if is_deepspeed:
-        return ZeroSource(path)
+def open_source(path: Path) -> Source | None:
+    """The piecewise reader of a (not DeepSpeed) checkpoint folder's model state; None when it
+    holds none."""
     if (path / DCP_DIR).is_dir():
         return DCPSource(path / DCP_DIR)
     for name in FULL_BINS[:2]:  # the order `export.full_state_dict` reads them in

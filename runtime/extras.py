@@ -13,6 +13,10 @@ a missing package.
 from __future__ import annotations
 
 import importlib.util
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .artefacts import Artefacts
 
 #: import name -> the extra that installs it.
 EXTRA_OF = {
@@ -45,7 +49,7 @@ def missing(package: str) -> bool:
         return True
 
 
-def needed(arts, trains: bool) -> dict[str, str]:
+def needed(arts: Artefacts, trains: bool) -> dict[str, str]:
     """package -> why this run needs it. `trains`: tuner's own trainer runs (`tuner run`), not
     a person's script (`tuner launch`, which only needs what the launcher itself uses)."""
     need = {"torch": "every run", "accelerate": "every run"}
@@ -54,9 +58,9 @@ def needed(arts, trains: bool) -> dict[str, str]:
     if trains:
         s = arts.settings
         need["transformers"] = "tuner's trainer"
-        if s.model.family in ("causal_lm", "embedding"):
+        if s.model.trained_family in ("causal_lm", "embedding"):
             need["datasets"] = "tuner's data layer"
-        if s.model.family == "diffusion":
+        if s.model.trained_family == "diffusion":
             need["diffusers"] = "model.family = \"diffusion\""
         if s.model.type == "lora":
             need["peft"] = "model.type = \"lora\""
@@ -69,7 +73,7 @@ def needed(arts, trains: bool) -> dict[str, str]:
     return need
 
 
-def check_installed(arts, trains: bool) -> None:
+def check_installed(arts: Artefacts, trains: bool) -> None:
     """Raise `RunError` naming the first missing package, why it is needed and its extra."""
     from .artefacts import RunError
 

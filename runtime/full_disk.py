@@ -22,18 +22,23 @@ def full_disk_named(where: Path) -> Iterator[None]:
 
 
 def no_space(exc: BaseException, where: Path) -> OSError | None:
-    """A full disk as an OSError naming `where` (torch's writer says only "file write failed",
-    losing the errno): the worker reports it as one line, exit 2. None when space is left."""
+    """A full disk met by a library's writer, as an OSError naming `where`; None for any other
+    failure. The one helper of the trainer's saves (`full_disk_named`: the worker reports it as
+    one line, exit 2) and of the export (`export.write_export`), because the libraries lose the
+    errno: torch's checkpoint writer says only "file write failed", safetensors' only "I/O
+    error: No space left on device (os error 28)" (a SafetensorError). Known by the errno, by
+    those words, or, when the words are lost, by less than 1 MiB left where it was writing."""
     import errno
 
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return exc if exc.filename else OSError(exc.errno, exc.strerror, str(where))
+    text = str(exc)
+    if "No space left" in text or "os error 28" in text or "Disk quota exceeded" in text:
+        return OSError(errno.ENOSPC, "No space left on device", str(where))
     try:
         free = os.statvfs(where if where.exists() else where.parent)
     except OSError:
         return None
-    if "No space left" in str(exc) or free.f_bavail * free.f_frsize < (1 << 20):
+    if free.f_bavail * free.f_frsize < (1 << 20):
         return OSError(errno.ENOSPC, "No space left on device", str(where))
     return None
-
-

@@ -99,12 +99,12 @@ def config_flags(arts: Artefacts) -> list[str]:
 def accelerate_env(arts: Artefacts, topo: Topology | None = None) -> dict[str, str]:
     """The variables `accelerate launch --config_file <yaml>` would set for this config.
 
-    accelerate's own code derives them (`tuner.compiler.artefacts.verify.launch_env`, the derivation
+    accelerate's own code derives them (`tuner.runtime.verify.launch_env`, the derivation
     `tuner compile --verify` runs too); only the variables that differ from this process's
     environment are returned. On CPU targets ``ACCELERATE_USE_CPU`` is added: the ranks are gloo
     ranks and `cpu_shim` restores the FSDP/DeepSpeed state accelerate leaves out on CPU.
     """
-    from ..compiler.artefacts.verify import launch_env
+    from .verify import launch_env
 
     argv = config_flags(arts)
     if topo is not None:

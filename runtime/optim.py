@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from ..compiler.keys.choices import LrScheduler
+
 #: training.optimizer values tuner runs from another package: name -> (module, class, pip name).
 PACKAGED = {"lion": ("lion_pytorch", "Lion", "lion-pytorch"), "prodigy": ("prodigyopt", "Prodigy", "prodigyopt")}
 
@@ -27,7 +29,7 @@ def missing_optimizer_package(name: str) -> str | None:
     return None
 
 
-def lr_schedule(kind: str, optimizer, warmup: int, total: int, training: Any = None):
+def lr_schedule(kind: LrScheduler, optimizer, warmup: int, total: int, training: Any = None):
     """The settings' LR schedule, built by transformers (`get_scheduler`: constant, linear,
     cosine, polynomial, constant_with_warmup, ...). tuner's "constant" has always warmed up
     first when warmup_steps is set: that is transformers' "constant_with_warmup". The polynomial

@@ -13,8 +13,10 @@ any of them into that one portable form, with the libraries' own readers:
 
 and loads it into a DDP or FSDP2 run with torch's own state-dict API
 (``set_model_state_dict`` / ``set_optimizer_state_dict`` with full state dicts by name, which
-shard each tensor for FSDP2). The LR schedule's state comes with it; the data position is the
-trainer's as for any resume. Each rank reads the whole state once while loading.
+shard each tensor for FSDP2), or into a ZeRO 1-3 run (with or without CPU offload) with
+DeepSpeed's per-parameter API (``safe_set_full_fp32_param`` / ``safe_set_full_optimizer_state``).
+The LR schedule's state comes with it; the data position is the trainer's as for any resume.
+Each rank reads the whole state once while loading.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ def load_state(trainer: Any, path: Path, meta: ckpt.CheckpointMeta) -> str:
 
     acc = trainer.acc
     if carried_across(meta, trainer.strategy, trainer._state_dict_type()) and trainer.strategy.is_deepspeed:
-        load_into_zero3(trainer.model, trainer.scheduler, path, meta)
+        load_into_zero(trainer.model, trainer.scheduler, path, meta)
         trainer.fam.load_state(path, acc)
         return (f"carried {meta.strategy} ({meta.state_dict_type}) -> {trainer.strategy}: model, Adam moments, step "
                 f"count and LR schedule by parameter name (DeepSpeed's safe_set_full_* API)")
@@ -151,18 +153,23 @@ def load_state(trainer: Any, path: Path, meta: ckpt.CheckpointMeta) -> str:
     return ""
 
 
-def load_into_zero3(engine, scheduler, path: Path, meta: ckpt.CheckpointMeta) -> None:
-    """Load `path`'s state into a prepared ZeRO-3 engine with DeepSpeed's own per-parameter API
-    (``safe_set_full_fp32_param`` / ``safe_set_full_optimizer_state``: each rank keeps its
-    partition), then the module's partitions from the fp32 ones, as DeepSpeed's universal
-    loader does, and the step count of each partition's Adam state."""
+def load_into_zero(engine, scheduler, path: Path, meta: ckpt.CheckpointMeta) -> None:
+    """Load `path`'s state into a prepared ZeRO 1-3 engine with DeepSpeed's own per-parameter
+    API (``safe_set_full_fp32_param`` / ``safe_set_full_optimizer_state``: each rank keeps its
+    partition, through the hp-fragment mappings ZeRO-1/2 and the partitions ZeRO-3 keep), then
+    the module's weights from the fp32 partitions, as DeepSpeed's universal loader does, and
+    the step count of each partition's Adam state."""
     import torch
     from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
 
     named = [(n, p) for n, p in engine.module.named_parameters() if p.requires_grad]
     weights, moments, sched = read(path, meta, [n for n, _ in named])
     zero = engine.optimizer
-    _init_adam_state(zero.optimizer, zero.fp32_partitioned_groups_flat)
+    stage3 = hasattr(zero, "fp32_partitioned_groups_flat")
+    flats = zero.fp32_partitioned_groups_flat if stage3 else zero.single_partition_of_fp32_groups
+    _init_adam_state(zero.optimizer, flats)
+    if not stage3:  # ZeRO-1/2 link each parameter's Adam fragments after the first step
+        zero._lazy_init_hp_params_optimizer_state()
     for name, p in named:
         entry = moments.get(name, {})
         if "exp_avg" not in entry:
@@ -171,10 +178,16 @@ def load_into_zero3(engine, scheduler, path: Path, meta: ckpt.CheckpointMeta) ->
         safe_set_full_optimizer_state(p, entry["exp_avg"].float(), "exp_avg")
         safe_set_full_optimizer_state(p, entry["exp_avg_sq"].float(), "exp_avg_sq")
     step = moments[named[0][0]].get("step", torch.tensor(float(meta.step)))
-    for i, fp32 in enumerate(zero.fp32_partitioned_groups_flat):
-        zero.optimizer.state[fp32]["step"] = torch.as_tensor(step, dtype=torch.float32).clone()
-        if sum(fp32.size()) > 0:
-            zero.fp16_partitioned_groups_flat[i].data.copy_(fp32.data)
+    for fp32 in flats:  # a tensor for torch's Adam, an int for DeepSpeed's CPU Adam (offload)
+        held = zero.optimizer.state[fp32].get("step")
+        zero.optimizer.state[fp32]["step"] = (int(step) if held is not None and not torch.is_tensor(held)
+                                              else torch.as_tensor(step, dtype=torch.float32).clone())
+    if stage3:
+        for i, fp32 in enumerate(flats):
+            if sum(fp32.size()) > 0:
+                zero.fp16_partitioned_groups_flat[i].data.copy_(fp32.data)
+    else:
+        zero.update_lp_params()  # each rank's fp32 partition into the module, gathered on all ranks
     if sched is None:
         raise RunError(f"checkpoint {path} holds no LR schedule state (scheduler.bin); it cannot be carried")
     scheduler.load_state_dict(sched)
@@ -193,10 +206,11 @@ def _init_adam_state(optimizer, flats: list) -> None:
     held = [g["params"] for g in optimizer.param_groups]  # ZeRO-3 lends its partitions only for a step
     for i, g in enumerate(optimizer.param_groups):
         g["lr"], g["params"] = 0.0, [f for f in flats if f.numel()] if i == 0 else []
+    grads = [f.grad for f in flats]  # ZeRO-1/2 with CPU offload keep a gradient buffer there
     for f in flats:
         f.grad = torch.zeros_like(f)
     optimizer.step()
-    for f in flats:
-        f.grad = None
+    for f, grad in zip(flats, grads, strict=True):
+        f.grad = grad
     for g, lr, params in zip(optimizer.param_groups, lrs, held, strict=True):
         g["lr"], g["params"] = lr, params

@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..compiler.keys.settings import TrainingSettings
 from ..compiler.plan.strategy import Strategy
 from .artefacts import RunError
-from .checkpoint import CheckpointMeta
+from .checkpoint import CheckpointMeta, HeldState
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Layout:
     world: int
 
     @classmethod
-    def of(cls, training, world: int) -> Layout:
+    def of(cls, training: TrainingSettings, world: int) -> Layout:
         """The layout of a run's ``[training]`` settings on `world` ranks."""
         return cls(training.micro_batch_size, training.gradient_accumulation_steps, world)
 
@@ -121,29 +122,25 @@ def batches_to_skip(meta: CheckpointMeta, now: Layout) -> tuple[int, int]:
 
 
 #: Strategies whose checkpoints the portable form reads, and those it loads into
-#: (portable_state.py; ZeRO-3 through DeepSpeed's per-parameter API).
-_PORTABLE_FROM = {Strategy.DDP, Strategy.FSDP2, Strategy.ZERO1, Strategy.ZERO2, Strategy.ZERO3}
-_PORTABLE_INTO = {Strategy.DDP, Strategy.FSDP2, Strategy.ZERO3}
+#: (portable_state.py; ZeRO 1-3 through DeepSpeed's per-parameter API).
+_PORTABLE = {Strategy.DDP, Strategy.FSDP2, Strategy.ZERO1, Strategy.ZERO2, Strategy.ZERO3}
+_PORTABLE_FROM = _PORTABLE_INTO = _PORTABLE
 
 
-def carried_across(meta: CheckpointMeta, strategy: Strategy, state_dict_type: str) -> bool:
+def carried_across(meta: CheckpointMeta, strategy: Strategy, state_dict_type: HeldState) -> bool:
     """Whether this resume goes through the portable form: another backend (or FSDP's other
     state dict kind) that it reads and loads."""
     other = meta.strategy != strategy or (meta.strategy.is_fsdp and meta.state_dict_type != state_dict_type)
-    into_ds_from_ds = meta.strategy.is_deepspeed and strategy.is_deepspeed  # DeepSpeed's own universal loader
-    return other and not into_ds_from_ds and meta.strategy in _PORTABLE_FROM and strategy in _PORTABLE_INTO
+    return other and meta.strategy in _PORTABLE_FROM and strategy in _PORTABLE_INTO
 
 
-def check_strategy(meta: CheckpointMeta, strategy: Strategy, state_dict_type: str, world_size: int, ckpt: Path) -> None:
+def check_strategy(meta: CheckpointMeta, strategy: Strategy, state_dict_type: HeldState, world_size: int,
+                   ckpt: Path) -> None:
     """Refuse resuming a checkpoint written by another strategy, saying how to go on."""
     convert = (f"convert it to a full model with `tuner checkpoint export {ckpt} --out DIR` and start a new run "
                f"from it (model.path = \"DIR\")")
     if carried_across(meta, strategy, state_dict_type):
         return
-    if meta.strategy != strategy and meta.strategy in _PORTABLE_FROM and strategy.is_deepspeed:
-        raise RunError(f"checkpoint {ckpt} was written with {meta.strategy}; tuner carries it into "
-                       f"{', '.join(sorted(_PORTABLE_INTO))} (by parameter name) but not into DeepSpeed's {strategy} "
-                       f"engine: resume it under one of those, or {convert} (the optimizer state is not kept)")
     ds_then, ds_now = meta.strategy.is_deepspeed, strategy.is_deepspeed
     if ds_then != ds_now:
         raise RunError(f"checkpoint {ckpt} was written {'with' if ds_then else 'without'} DeepSpeed "
@@ -168,7 +165,7 @@ def check_strategy(meta: CheckpointMeta, strategy: Strategy, state_dict_type: st
 _ZERO_SAME_WORLD: set[Strategy] = set()
 
 
-def check_compatible(meta: CheckpointMeta, strategy: Strategy, state_dict_type: str, now: Layout, ckpt: Path,
+def check_compatible(meta: CheckpointMeta, strategy: Strategy, state_dict_type: HeldState, now: Layout, ckpt: Path,
                      new_global_batch: bool = False) -> str:
     """Refuse a checkpoint this run cannot continue (before any rank starts, and again on
     every rank); returns the line saying what a world-size change kept ('' when none)."""
@@ -184,5 +181,12 @@ def resumable_into(meta: CheckpointMeta) -> list[str]:
     if meta.strategy in {Strategy.FSDP1, Strategy.SINGLE} | _ZERO_SAME_WORLD or layout is None:
         return [f"{same} on {meta.world_size} rank(s) (the world size that wrote it)"]
     worlds = ", ".join(str(w) for w in _worlds_that_keep(layout.global_batch, meta.world_size))
-    return [f"{same} on {worlds} ranks, keeping the global batch {layout.global_batch} "
+    into = [f"{same} on {worlds} ranks, keeping the global batch {layout.global_batch} "
             f"(micro_batch_size x gradient_accumulation_steps x ranks); another global batch with --new-global-batch"]
+    if meta.strategy in _PORTABLE_FROM:
+        others = [str(s) if s != meta.strategy else f"{s} ({'full' if kind == 'sharded' else 'sharded'} state dict)"
+                  for s in sorted(_PORTABLE_INTO) if s != meta.strategy or s.is_fsdp]
+        into.append(f"{', '.join(others)} (ZeRO with or without CPU offload; FSDP2 either state dict kind) on the "
+                    f"same world sizes: model, Adam's moments and step count, LR schedule and data position "
+                    f"carried by parameter name")
+    return into

@@ -19,6 +19,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..compiler.keys.settings import Settings
+
 #: tracker name -> the package it imports (and pip installs).
 PACKAGES = {"tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb", "mlflow": "mlflow",
             "comet_ml": "comet_ml", "aim": "aim", "clearml": "clearml", "dvclive": "dvclive", "swanlab": "swanlab"}
@@ -31,7 +33,7 @@ def _installed(package: str) -> bool:
         return False
 
 
-def requested(settings) -> list[str]:
+def requested(settings: Settings) -> list[str]:
     """The trackers this run logs to, in order, without repeats; "all" is every installed one."""
     names = list(settings.logging.log_with)
     if settings.training.tensorboard:
@@ -44,7 +46,7 @@ def requested(settings) -> list[str]:
     return out
 
 
-def logging_dir(settings, output_dir: Path, base_dir: Path) -> Path:
+def logging_dir(settings: Settings, output_dir: Path, base_dir: Path) -> Path:
     d = settings.logging.dir
     if not d:
         return Path(output_dir) / "logs"
@@ -52,7 +54,7 @@ def logging_dir(settings, output_dir: Path, base_dir: Path) -> Path:
     return p if p.is_absolute() else Path(base_dir) / p
 
 
-def accelerator_kwargs(settings, output_dir: Path, base_dir: Path) -> dict[str, Any]:
+def accelerator_kwargs(settings: Settings, output_dir: Path, base_dir: Path) -> dict[str, Any]:
     """``Accelerator`` arguments for the trackers (none: an empty dict)."""
     names = requested(settings)
     if not names:
@@ -64,7 +66,7 @@ def accelerator_kwargs(settings, output_dir: Path, base_dir: Path) -> dict[str, 
             "project_config": ProjectConfiguration(project_dir=str(output_dir), logging_dir=str(logs))}
 
 
-def flat_config(settings) -> dict[str, Any]:
+def flat_config(settings: Settings) -> dict[str, Any]:
     """``{"section.key": value}`` with values trackers store (bool, int, float, str)."""
     out: dict[str, Any] = {}
     for section, keys in settings.to_dict().items():
@@ -74,7 +76,7 @@ def flat_config(settings) -> dict[str, Any]:
     return out
 
 
-def start(accelerator, settings, output_dir: Path, base_dir: Path) -> list[str]:
+def start(accelerator, settings: Settings, output_dir: Path, base_dir: Path) -> list[str]:
     """``init_trackers`` (every rank calls it; accelerate starts trackers on rank 0 only).
     Returns the tracker names, for the start-of-run summary."""
     names = requested(settings)

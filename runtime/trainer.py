@@ -24,6 +24,8 @@ from . import checkpoint as ckpt
 from . import cpu_shim, knobs, portable_state, rank_guard, resume_agree, resume_rules, tracking
 from .artefacts import Artefacts, RunError
 from .callbacks import Callbacks
+from .checkpoint_io import quick_save
+from .data_sources.driver import rank_data
 from .families import get_family
 from .families.base import FamilyContext
 from .full_disk import full_disk_named
@@ -110,7 +112,8 @@ class Trainer:
             if plugin.auto_wrap_policy is not None and classes and not plugin.transformer_cls_names_to_wrap:
                 plugin.transformer_cls_names_to_wrap = classes
         self.model = model
-        self.train_ds, self.val_ds = self.fam.build_datasets()
+        self.data = rank_data(self.fam, self.world)  # file -> batch: runtime/data_sources/driver.py
+        self.train_ds, self.val_ds = self.data.train, self.data.val
         self.optimizer, self.scheduler = self._optimizer_and_scheduler(model)
 
     def _check_dtypes(self, model) -> list[str]:
@@ -125,7 +128,7 @@ class Trainer:
 
     def _optimizer_and_scheduler(self, model):
         t = self.s.training
-        streamed = getattr(self.train_ds, "streamed", False)  # a stream's length is unknown: max_steps
+        streamed = self.data.streamed  # a stream's length is unknown: max_steps
         per_epoch = (t.max_steps or 1) if streamed else self._batches_per_rank() // t.gradient_accumulation_steps
         if per_epoch < 1:
             raise RunError(f"the training data gives {self._batches_per_rank()} micro-batches per rank, fewer than "
@@ -143,24 +146,24 @@ class Trainer:
                                        self.world)
 
     def _batches_per_rank(self) -> int:
-        sampler = self.fam.batch_sampler(self.train_ds, self.s.training, self.world, True)  # diffusion: buckets
+        sampler = self.data.batch_sampler(self.train_ds, self.s.training, self.world, True)  # diffusion: buckets
         n = len(sampler) if sampler is not None else len(self.train_ds) // self.s.training.micro_batch_size
         return n // self.world
 
     def _loader(self, ds, shuffle: bool):
         from torch.utils.data import DataLoader
 
-        kw: dict[str, Any] = {"batch_sampler": self.fam.batch_sampler(ds, self.s.training, self.world, shuffle)}
+        kw: dict[str, Any] = {"batch_sampler": self.data.batch_sampler(ds, self.s.training, self.world, shuffle)}
         if kw["batch_sampler"] is None:
             kw = dict(batch_size=self.s.training.micro_batch_size, shuffle=shuffle, drop_last=shuffle)
-        return DataLoader(ds, collate_fn=self.fam.collate, num_workers=self.s.data.num_workers, **kw)
+        return DataLoader(ds, collate_fn=self.data.collate, num_workers=self.s.data.num_workers, **kw)
 
     def prepare(self) -> None:
-        if getattr(self.train_ds, "streamed", False):  # each rank reads its own part (data_sources/stream.py)
+        if self.data.streamed:  # each rank reads its own part (data_sources/stream.py)
             from .data_sources.stream import StreamLoader
 
             self.model, self.optimizer, self.scheduler = self.acc.prepare(self.model, self.optimizer, self.scheduler)
-            self.train_loader = StreamLoader(self.train_ds, self.s.training.micro_batch_size, self.fam.collate,
+            self.train_loader = StreamLoader(self.train_ds, self.s.training.micro_batch_size, self.data.collate,
                                              self.acc.device)
         else:
             train_loader = self._loader(self.train_ds, shuffle=True)
@@ -226,7 +229,7 @@ class Trainer:
                      f"{self.epoch}) is not a whole number of rounds of {now.micro * now.world}; {short} samples "
                      f"are trained again")
 
-    def _state_dict_type(self) -> str:
+    def _state_dict_type(self) -> ckpt.HeldState:
         return ckpt.state_dict_kind(self.strategy, self.s.checkpoint.state_dict_type)
 
     # -- the loop -----------------------------------------------------------------------
@@ -242,11 +245,11 @@ class Trainer:
         step_loss, step_units, t_step = self._zero_loss(), 0, time.perf_counter()
         # Whole global batches only: an epoch's tail shorter than one (micro x accumulation x
         # ranks) is not trained, so an epoch is the same samples at every world size.
-        limit = None if getattr(self.train_ds, "streamed", False) else self.steps_per_epoch * accum
+        limit = None if self.data.streamed else self.steps_per_epoch * accum
         while self.step < self.total_steps:
             self.train_loader.set_epoch(self.epoch)
             loader = self.train_loader
-            if self.batches_in_epoch and not getattr(self.train_ds, "streamed", False):  # a stream resumes itself
+            if self.batches_in_epoch and not self.data.streamed:  # a stream resumes itself
                 loader = self.acc.skip_first_batches(self.train_loader, self.batches_in_epoch)
                 loader.set_epoch(self.epoch)
             for batch in loader:
@@ -281,7 +284,7 @@ class Trainer:
                     dt = time.perf_counter() - t_step
                     metrics = {"loss": mean, "lr": self._lr(), "epoch": self.epoch,
                                "throughput": step_units * self.world / max(dt, 1e-9), "tokens_seen": self.tokens_seen}
-                    metrics.update(getattr(self.fam, "step_metrics", dict)())  # tokens per step, padding ratio
+                    metrics.update(self.fam.step_metrics())  # tokens per step, padding ratio
                     self.losses.append(mean)
                 rep.step(self.step, metrics)
                 self.callbacks.fire("on_step_end", self, metrics)
@@ -337,7 +340,7 @@ class Trainer:
         if self.main:
             self.ckdir.mkdir(parents=True, exist_ok=True)
         self.acc.wait_for_everyone()
-        with full_disk_named(tmp):
+        with full_disk_named(tmp), quick_save():
             self.acc.save_state(str(tmp))
             self.callbacks.fire("on_save", self, tmp)
             self.fam.save_state(tmp, self.acc)

@@ -1,6 +1,12 @@
 """Build DeepSpeed's CPU ops once, before the tests that need them, and say how long it took.
 
     python scripts/build_ops.py          (scripts/test.sh runs it after the install)
+    python scripts/build_ops.py --warm   (exit 0 when every op is built already, else 1; nothing built)
+
+scripts/test.sh runs it in the background beside the tests that start no rank when the ops
+are not built yet: each finished op is appended to $TUNER_OPS_PROGRESS, which tests/ops_wait.py
+reads before a test starts DeepSpeed ranks (the shared-memory collectives and CPU Adam come
+first; async I/O, most of a fresh build, is needed by the NVMe tests only).
 
 Only the ops the suite uses (each is JIT-built by DeepSpeed on first use otherwise):
 
@@ -33,8 +39,8 @@ from importlib import metadata
 from pathlib import Path
 
 #: (builder class, the op's library name, what it is for)
-OPS = [("CPUAdamBuilder", "cpu_adam", "CPU Adam"),
-       ("ShareMemCommBuilder", "deepspeed_shm_comm", "shared-memory collectives"),
+OPS = [("ShareMemCommBuilder", "deepspeed_shm_comm", "shared-memory collectives"),
+       ("CPUAdamBuilder", "cpu_adam", "CPU Adam"),
        ("PinMemoryBuilder", "pin_memory", "pinned memory (NVMe offload)"),
        ("AsyncIOBuilder", "async_io", "async I/O (NVMe offload)")]
 NVME_OPS = ("PinMemoryBuilder", "AsyncIOBuilder")
@@ -94,10 +100,27 @@ def build(where: Path) -> tuple[list[str], list[str]]:
             continue
         built.append(lib)
         parts.append(f"{what} {time.monotonic() - t0:.0f} s")
+        _progress(lib)
     return built, parts
 
 
+def _progress(line: str) -> None:
+    """One finished op (or "all") appended to $TUNER_OPS_PROGRESS: what tests/ops_wait.py reads
+    while scripts/test.sh runs this beside the first tests."""
+    path = os.environ.get("TUNER_OPS_PROGRESS")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+
+
 def main() -> int:
+    try:
+        return _main()
+    finally:
+        _progress("all")
+
+
+def _main() -> int:
     where, key, started = extensions_dir(), fingerprint(), time.monotonic()
     if not key["deepspeed"]:
         print("DeepSpeed ops: not built (DeepSpeed is not installed)")
@@ -123,4 +146,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--warm"]:
+        sys.exit(0 if not _version("deepspeed") or warm(extensions_dir(), fingerprint()) is not None else 1)
     sys.exit(main())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,10 +27,10 @@ def _isolated_user_dirs(tmp_path_factory, monkeypatch):
 
 def run_tuner(*args: str, cwd: Path | None = None, timeout: float = 120, env: dict | None = None,
               input: str | None = None) -> subprocess.CompletedProcess:
-    """Run the real `tuner` command line in a subprocess (as a user would)."""
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=full_env, input=input)
+    """Run the real `tuner` command line in a subprocess (as a user would): tests/harness.py."""
+    from tests import harness
+
+    return harness.tuner(*args, cwd=cwd, timeout=timeout, env=env, input=input)
 
 
 # --- Two workers (pytest-xdist; scripts/test.sh passes -n and --dist loadgroup) -------------
@@ -51,14 +50,33 @@ def group_of(nodeid: str) -> str:
     return folder if folder in SHARED_FOLDERS else path
 
 
+def _rank_free_first() -> bool:
+    """Units that start no rank first (scripts/test.sh asks while DeepSpeed's ops build beside them)."""
+    return bool(os.environ.get("TUNER_TEST_RANKS_LAST"))
+
+
 # tryfirst: xdist's worker reads the xdist_group marks in its own pytest_collection_modifyitems,
 # which would otherwise run before this one (it is registered later) and see none.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     import json
 
+    from tests.tiers import derive_marks, starts_something
+
     recorded = json.loads((REPO / "tests" / "durations.json").read_text())
     for item in items:
+        derive_marks(item)
         item.add_marker(pytest.mark.xdist_group(group_of(item.nodeid)))
+    slow_units = {group_of(item.nodeid) for item in items if starts_something(item)} if _rank_free_first() else set()
     # Python's sort is stable: within a unit, the tests keep the order they were written in.
-    items.sort(key=lambda item: -recorded.get(group_of(item.nodeid), UNRECORDED_S))
+    items.sort(key=lambda item: (group_of(item.nodeid) in slow_units,
+                                 -recorded.get(group_of(item.nodeid), UNRECORDED_S)))
+
+
+# The tiers' hooks (marks `slow`/`terminal`, the rank counter and its guard): tests/tiers.py.
+from tests.tiers import (  # noqa: E402,F401
+    _current_test,
+    pytest_configure,
+    pytest_runtest_makereport,
+    pytest_terminal_summary,
+)

@@ -1,7 +1,7 @@
 """A one-rank gloo process group inside the test process, for tests that call torch.distributed
 or DeepSpeed in-process. The default group is per process, and a pytest worker runs many test
 files: an earlier test's one-rank group (the compiler tests start one for DeepSpeedConfig and
-keep it, compiler/artefacts/verify.py) serves as well, and a group made here is destroyed here."""
+keep it, runtime/verify.py) serves as well, and a group made here is destroyed here."""
 
 from __future__ import annotations
 

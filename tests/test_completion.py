@@ -4,15 +4,15 @@ in a real bash the way bash's programmable completion calls it (COMP_WORDS, COMP
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
+
+from tests import harness
 
 
 @pytest.fixture(scope="module")
 def bash_script(tmp_path_factory):
-    p = subprocess.run([sys.executable, "-m", "tuner", "completion", "bash"], capture_output=True, text=True,
-                       timeout=60)
+    p = harness.tuner('completion', 'bash', timeout=60)
     assert p.returncode == 0, p.stderr
     path = tmp_path_factory.mktemp("completion") / "tuner.bash"
     path.write_text(p.stdout)
@@ -42,7 +42,7 @@ def test_bash_completes_settings_flags(bash_script):
 
 
 def test_zsh_script_and_unknown_shell():
-    p = subprocess.run([sys.executable, "-m", "tuner", "completion", "zsh"], capture_output=True, text=True, timeout=60)
+    p = harness.tuner('completion', 'zsh', timeout=60)
     assert p.returncode == 0 and p.stdout.startswith("#compdef tuner") and "--fsdp_version" in p.stdout, p.stderr
-    p = subprocess.run([sys.executable, "-m", "tuner", "completion", "fish"], capture_output=True, text=True, timeout=60)
+    p = harness.tuner('completion', 'fish', timeout=60)
     assert p.returncode == 2 and "invalid choice" in p.stderr and "Traceback" not in p.stderr

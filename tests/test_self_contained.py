@@ -29,8 +29,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.packages import PACKAGE_FOLDERS
 
-SEARCHED = ["tests", "scripts", "bench", "compiler", "runtime", "tui", "tuner", "schemas", "examples", ".ci"]
+SEARCHED = ["tests", "scripts", "bench", *PACKAGE_FOLDERS, "examples", ".ci"]
 SUFFIXES = {".py", ".sh", ".toml", ".yaml", ".yml", ".json", ".cfg", ".ini", ""}
 #: a path to the notes folder beside the checkout, however it is spelled
 OUTSIDE = re.compile(r"\.\./shared\b|/work/shared\b|[\"']shared[\"']\s*/|/\s*[\"']shared[\"']|parent\s*/\s*[\"']shared")

@@ -12,6 +12,7 @@ import textwrap
 from typing import Any
 
 from ..compiler.keys import paths as K
+from ..compiler.plan.strategy import Strategy
 from ..compiler.read.block_cache import human_count
 
 GIB = 1024**3
@@ -19,17 +20,23 @@ GIB = 1024**3
 #: The estimator's strategy names -> the wizard's strategy and the settings it needs.
 #: In the estimator's order (cheapest first). NVMe offload is not proposed: it needs a
 #: path only the person knows.
-PROPOSALS: dict[str, dict[str, Any]] = {
-    "ddp": {"strategy": "ddp"},
-    "zero1": {"strategy": "deepspeed", K.DEEPSPEED_ZERO_STAGE: 1},
-    "zero2": {"strategy": "deepspeed", K.DEEPSPEED_ZERO_STAGE: 2},
-    "fsdp2": {"strategy": "fsdp2"},
-    "zero3": {"strategy": "deepspeed", K.DEEPSPEED_ZERO_STAGE: 3},
-    "zero2+offload": {"strategy": "deepspeed", K.DEEPSPEED_ZERO_STAGE: 2, K.DEEPSPEED_OFFLOAD_OPTIMIZER: "cpu"},
-    "fsdp2+offload": {"strategy": "fsdp2", K.FSDP_OFFLOAD_PARAMS: True},
-    "zero3+offload": {"strategy": "deepspeed", K.DEEPSPEED_ZERO_STAGE: 3, K.DEEPSPEED_OFFLOAD_OPTIMIZER: "cpu",
-                      K.DEEPSPEED_OFFLOAD_PARAM: "cpu"},
+_OPTIONS: dict[str, dict[str, Any]] = {
+    "ddp": {}, "zero1": {}, "zero2": {}, "fsdp2": {}, "zero3": {},
+    "zero2+offload": {K.DEEPSPEED_OFFLOAD_OPTIMIZER: "cpu"},
+    "fsdp2+offload": {K.FSDP_OFFLOAD_PARAMS: True},
+    "zero3+offload": {K.DEEPSPEED_OFFLOAD_OPTIMIZER: "cpu", K.DEEPSPEED_OFFLOAD_PARAM: "cpu"},
 }
+
+
+def _edits(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """An estimator row's name (``zero2+offload``) -> the wizard's strategy choice (the
+    compiler's `Strategy` mapped by `Strategy.choice`), its ZeRO stage, and the options."""
+    strategy = Strategy(name.split("+")[0])
+    stage = {K.DEEPSPEED_ZERO_STAGE: strategy.zero_stage} if strategy.is_deepspeed else {}
+    return {"strategy": strategy.choice, **stage, **options}
+
+
+PROPOSALS: dict[str, dict[str, Any]] = {name: _edits(name, options) for name, options in _OPTIONS.items()}
 
 
 def _g(n: int) -> str:

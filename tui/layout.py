@@ -16,9 +16,11 @@ from ..compiler.canonical.normalise import coerce
 from ..compiler.keys import paths as K
 from ..compiler.keys.declare import type_parts
 from ..compiler.keys.schema import KeyInfo, SchemaIndex, index
+from ..compiler.plan.strategy import StrategyChoice
 
-#: The composite "strategy" choice on the Sharding step, mapped onto schema keys.
-STRATEGIES: dict[str, str] = {
+#: The composite "strategy" choice on the Sharding step (`StrategyChoice`, which
+#: `Strategy.chosen` maps onto the compiler's strategies), mapped onto schema keys.
+STRATEGIES: dict[StrategyChoice, str] = {
     "ddp": "DDP (every rank holds the whole model)",
     "fsdp2": "FSDP2 (default for full-model runs)",
     "fsdp1": "FSDP v1 (deprecated)",

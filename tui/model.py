@@ -15,12 +15,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..compiler import CompileResult, compile_text
+from ..compiler.compile import CompileResult, compile_text
 from ..compiler.diagnostics import Diagnostic, Diagnostics
 from ..compiler.keys import paths as K
+from ..compiler.keys.choices import trained_family
 from ..compiler.keys.schema import index
 from ..compiler.keys.settings import global_batch as batch_of
-from ..compiler.plan.strategy import Strategy
+from ..compiler.plan.strategy import Strategy, StrategyChoice, strategy_choice
 from .document import SettingsDocument
 from .layout import MERGED, STEP_IDS, STEPS, STRATEGY_KEYS, advanced_keys, canonical_key, key_info, step_of
 
@@ -42,9 +43,9 @@ enabled = true
 """
 
 
-def fsdp_version(choice: str) -> int | None:
+def fsdp_version(choice: StrategyChoice) -> int | None:
     """The FSDP version a wizard strategy choice (ddp, fsdp1, fsdp2, deepspeed) names, else None."""
-    return Strategy(choice).fsdp_version if choice in set(Strategy) else None
+    return Strategy.chosen(choice).fsdp_version
 
 
 class WizardState:
@@ -142,14 +143,15 @@ class WizardState:
         return changed
 
     @property
-    def strategy(self) -> str:
+    def strategy(self) -> StrategyChoice:
+        """The strategy the values choose (as the rules stage reads them: DeepSpeed first)."""
         if self.values[K.DEEPSPEED_ENABLED] or self.values[K.DEEPSPEED_CONFIG]:
             return "deepspeed"
         if self.values[K.FSDP_ENABLED]:
-            return "fsdp1" if self.values[K.FSDP_VERSION] == 1 else "fsdp2"
+            return Strategy.fsdp(1 if self.values[K.FSDP_VERSION] == 1 else 2).choice
         return "ddp"
 
-    def set_strategy(self, name: str) -> bool:
+    def set_strategy(self, name: StrategyChoice) -> bool:
         """Switch strategy; also repairs a file where several are on (the flags are made
         consistent even when `name` is what `strategy` already reads)."""
         edits: dict[str, Any] = {}
@@ -241,7 +243,7 @@ class WizardState:
         edits = dict(edits)
         strategy = edits.pop("strategy", None)
         if strategy:
-            self.set_strategy(strategy)
+            self.set_strategy(strategy_choice(strategy))
         for key, value in edits.items():
             self.document.set(key, value)
         self.validate()
@@ -273,11 +275,11 @@ class WizardState:
         if key.startswith("model.lora_"):
             return v[K.MODEL_TYPE] == "lora" or written
         if key in (K.MODEL_POOLING, K.MODEL_MRL_DIMS, K.MODEL_TEMPERATURE):
-            return v[K.MODEL_FAMILY] == "embedding" or written
+            return trained_family(v[K.MODEL_FAMILY]) == "embedding" or written
         if key == K.DATA_SEQ_LEN:
-            return v[K.MODEL_FAMILY] != "diffusion" or written
+            return trained_family(v[K.MODEL_FAMILY]) != "diffusion" or written
         if key == K.DATA_RESOLUTION:
-            return v[K.MODEL_FAMILY] == "diffusion" or written
+            return trained_family(v[K.MODEL_FAMILY]) == "diffusion" or written
         if key in (K.HARDWARE_MACHINE_RANK, K.HARDWARE_MAIN_PROCESS_IP, K.HARDWARE_MAIN_PROCESS_PORT,
                    K.HARDWARE_RDZV_BACKEND, K.HARDWARE_SAME_NETWORK):
             return v[K.HARDWARE_NUM_MACHINES] > 1 or written

@@ -66,7 +66,7 @@ def target_estimate(settings_text: str, settings_path: Path | None):
     table says "unknown" instead). Pure Python (no torch). The estimate is the one the
     compile computed (`CompileResult.estimate`), not a second computation."""
     try:
-        from ..compiler import compile_text
+        from ..compiler.compile import compile_text
     except ImportError:
         return None
     result = compile_text(settings_text, path=settings_path, host_facts=False)

@@ -12,6 +12,7 @@ from textual.message import Message
 from textual.widgets import Button, Collapsible, Footer, Label, Select, Static
 
 from ..compiler.keys import paths as K
+from ..compiler.plan.strategy import StrategyChoice, strategy_choice
 from .facts import describe_hardware
 from .fields import FieldRow, dom_id, steady_cursors
 from .layout import STEP_IDS, STEPS, STRATEGIES, advanced_keys
@@ -30,7 +31,7 @@ class StepPane(VerticalScroll):
     """The form of one step."""
 
     class StrategyChanged(Message):
-        def __init__(self, strategy: str) -> None:
+        def __init__(self, strategy: StrategyChoice) -> None:
             super().__init__()
             self.strategy = strategy
 
@@ -78,7 +79,7 @@ class StepPane(VerticalScroll):
         if event.select.id == "in-strategy":
             event.stop()
             if event.value != self.state.strategy:  # not the echo of mounting; ctrl+t repairs a mixed file
-                self.post_message(self.StrategyChanged(str(event.value)))
+                self.post_message(self.StrategyChanged(strategy_choice(str(event.value))))
 
     def row(self, key: str) -> FieldRow | None:
         hits = self.query(f"#row-{dom_id(key)}")

@@ -23,6 +23,10 @@ PRIVATE_NAMES: dict[tuple[str, str, str], str] = {
     ("textual.widget", "Widget", "_layout_required"): "tui/keyqueue.py: lay out before Tab",
     ("textual.widget", "Widget", "_check_refresh"): "tui/keyqueue.py: lay out before Tab",
     ("textual.screen", "Screen", "_refresh_layout"): "tui/keyqueue.py: lay out before Tab",
+    ("textual.widgets", "Footer", "_bindings_ready"): "tui/steps.py: KeyFooter keeps its keys when unchanged",
+    ("textual.widgets", "Collapsible", "_on_collapsible_title_toggle"):
+        "tui/steps.py: AdvancedPart builds its rows before it opens (overrides the handler)",
+    ("textual.widgets", "Input", "_on_paste"): "tui/fields.py: FieldInput says a multi-line paste kept one line",
 }
 
 

@@ -28,11 +28,12 @@ def previous_artefacts(out_dir: Path) -> dict[str, str] | None:
     """What tuner wrote into `out_dir` last time: artefact name -> SHA-256, from the
     manifest there. None when there is no manifest or it is not tuner's (unreadable,
     hand-made, another tool's)."""
+    from .. import parse
     from ..read import files
 
     try:
         data = files.load_json(out_dir / MANIFEST_JSON, "manifest")
-    except files.FileError:
+    except parse.FileError:
         return None
     listed = data.get("artefacts") if isinstance(data, dict) and "manifest_version" in data else None
     if not isinstance(listed, dict):

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ..canonical import value_checks
 from ..diagnostics import Diagnostics
 from ..keys import paths as K
 from ..keys.schema import accelerate_name, accelerate_names, index, index_of, written_accelerate_names
 from ..keys.settings import Settings
 from ..plan.plan import Plan
 from ..read.inputs import tool_versions
+from . import cluster
 
 ACCELERATE_YAML = "accelerate.yaml"
 DEEPSPEED_JSON = "deepspeed.json"
@@ -201,6 +205,26 @@ def merge_base(base: dict[str, Any], ours: dict[str, Any], plan: Plan, diags: Di
     if plan.uses_deepspeed:
         merged.pop(_A(K.TRAINING_MIXED_PRECISION), None)
     return merged
+
+
+def files(s: Settings, plan: Plan, deepspeed: Mapping[str, Any] | None, deepspeed_path: str | None,
+          base: dict[str, Any], out_dir: Path, port_explicit: bool, settings_file: str | None, settings_text: str,
+          versions: dict[str, str], diags: Diagnostics) -> dict[str, str] | None:
+    """Every artefact's text, in one call: accelerate.yaml (merged into the `base` config when
+    there is one), deepspeed.json (the plan's config, rendered), the cluster launch files and
+    the manifest; None when the merged accelerate config is refused (`diags` says why)."""
+    ours = accelerate_config(s, plan, deepspeed_path)
+    cfg = merge_base(base, ours, plan, diags) if base else ours
+    if base:
+        value_checks.check_accelerate_base(cfg, diags)
+        if not diags.ok:
+            return None
+    out = {ACCELERATE_YAML: render_yaml(cfg)}
+    if deepspeed is not None:
+        out[DEEPSPEED_JSON] = render_json(deepspeed)
+    out.update(cluster.files(s, plan, out_dir, port_explicit))  # launch.sh, slurm.sbatch, Kubernetes manifests
+    out[MANIFEST_JSON] = render_json(manifest(s, plan, settings_file, settings_text, out, diags, versions))
+    return out
 
 
 def render_yaml(cfg: dict[str, Any]) -> str:

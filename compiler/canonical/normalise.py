@@ -28,16 +28,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .. import parse
 from ..diagnostics import Diagnostics
 from ..keys import paths as K
 from ..keys.schema import SchemaIndex, index, index_of
 from ..keys.settings import Settings
-from ..read import files
+from ..keys.spellings import FAMILY_ALIASES
 from . import value_checks
 from .conforms import conforms
-from .spellings import FAMILY_ALIASES
 
-# --- forgiving spellings: each key's own are declared with it (compiler/canonical/spellings.py) ---
+# --- forgiving spellings: each key's own are declared with it (compiler/keys/spellings.py) ---
 
 def coerce(path: str, value: Any) -> Any:
     """A value written for canonical key `path` -> its canonical value: the key's declared
@@ -104,8 +104,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     except tomllib.TOMLDecodeError:
         return key, raw
     except RecursionError:
-        raise ValueError(f"override {key}: value nested more than {files.MAX_DEPTH} levels deep") from None
-    problem = files.nesting_problem(value)
+        raise ValueError(f"override {key}: value nested more than {parse.MAX_DEPTH} levels deep") from None
+    problem = parse.nesting_problem(value)
     if problem:
         raise ValueError(f"override {key}: value {problem}")
     return key, value
@@ -227,7 +227,7 @@ Reader = Callable[[str, str], Any]
 def _load_deepspeed_config(value: Any, diags: Diagnostics, read: Reader | None) -> Any:
     """deepspeed.config as a path -> the parsed JSON object (errors reported, {} returned).
 
-    `read` (the gather stage's, `inputs.CompileInputs.read`) gives the file's text by the
+    `read` (the gather stage's, `gather.CompileInputs.read`) gives the file's text by the
     path as written: normalise reads nothing itself. None: no file was gathered (an error)."""
     if not isinstance(value, str):
         return value
@@ -240,8 +240,8 @@ def _load_deepspeed_config(value: Any, diags: Diagnostics, read: Reader | None) 
     got = read(value, "DeepSpeed config file")
     path = got.path
     try:
-        loaded = files.parse_json(got.text(), str(path))
-    except files.FileError as exc:
+        loaded = parse.parse_json(got.text(), str(path))
+    except parse.FileError as exc:
         fix = ("fix the path (relative paths start at the settings file) or inline the config as a table"
                if exc.missing else "fix the JSON (a missing comma is the usual cause)" if exc.content else "")
         diags.error(K.DEEPSPEED_CONFIG, exc.message, fix)
@@ -281,7 +281,7 @@ def normalise(
             if isinstance(value, dict) and set(value) == {"deepspeed_config"} and isinstance(value["deepspeed_config"], dict):
                 value = value["deepspeed_config"]
                 diags.note(written, "unwrapped the outer 'deepspeed_config' object (the seed's config.json layout)")
-            bad = files.non_finite(value)
+            bad = parse.non_finite(value)
             if bad is not None:  # TOML has inf and nan; JSON (and DeepSpeed) has neither
                 diags.error(f"deepspeed.config.{bad}", "must be a finite number (inf and nan cannot be written to "
                             "DeepSpeed's JSON)", "write a finite number")

@@ -5,7 +5,7 @@ and naming the key:
 * numbers must be finite, integers where the key is an integer, and at most `MAX_NUMBER` in
   magnitude (the validator accepts 3.0 as an integer, and NaN or inf within any range); the
   runtime checks a manifest's settings with the same `numeric_problem`;
-* text keys with a pattern must match it whole (`compiler/canonical/patterns.py`: the values that reach
+* text keys with a pattern must match it whole (`compiler/keys/patterns.py`: the values that reach
   launch.sh, slurm.sbatch and the manifests);
 * tables and lists must hold only what JSON and YAML artefacts can (no TOML dates, no NaN);
 * a ``~`` / ``~user`` path must expand on this machine.
@@ -23,8 +23,8 @@ from typing import Any
 
 from ..diagnostics import Diagnostics
 from ..keys import paths as K
+from ..keys import patterns
 from ..keys.schema import index
-from . import patterns
 
 
 def _describe(value: Any) -> str:
@@ -73,7 +73,7 @@ def check_numbers(settings: dict[str, Any], result: Any, diags: Diagnostics, idx
 def check_patterns(settings: dict[str, Any], result: Any, diags: Diagnostics, idx: Any = None) -> None:
     """Text keys with a pattern (those that reach launch.sh, slurm.sbatch, the manifests) must
     match it whole: ``re.fullmatch``, as the schema validator's ``re.search`` lets ``$``
-    match before a final newline (`compiler/canonical/patterns.py`)."""
+    match before a final newline (`compiler/keys/patterns.py`)."""
     for path, info in (idx or index()).keys.items():
         value, pattern = settings[info.section][info.name], info.setting.pattern
         if pattern and isinstance(value, str) and not re.fullmatch(pattern, value):
@@ -135,7 +135,7 @@ def check_accelerate_base(cfg: dict[str, Any], diags: Diagnostics) -> None:
     launcher reads without checking them, so that a wrong one fails at `tuner run` with its
     traceback, are refused here (``gpu_ids: 0`` and ``[0, 1]`` are written as accelerate's
     string form, with a note)."""
-    from . import spellings
+    from ..keys import spellings
 
     if "gpu_ids" in cfg:
         raw = cfg["gpu_ids"]

@@ -59,23 +59,24 @@ def load(path: Path) -> Any:
     the safe reader (a regular, size-capped, UTF-8 file; JSON without NaN; bounded nesting)
     and made TOML-shaped: every key a string, JSON nulls and YAML ``~`` dropped (TOML has no
     null: an unset value)."""
+    from .. import parse
     from ..read import files
 
     try:
         text = files.read_text(path, "import source", files.MAX_CONFIG_BYTES)
         if path.suffix in (".yaml", ".yml"):
-            data = files.parse_yaml(text, str(path))
+            data = parse.parse_yaml(text, str(path))
         elif path.suffix == ".toml":
             import tomllib
 
             try:
                 data = tomllib.loads(text)
             except RecursionError:
-                raise files.FileError(f"{path}: nested more than {files.MAX_DEPTH} levels deep") from None
-            files.check_depth(data, str(path))
+                raise parse.FileError(f"{path}: nested more than {parse.MAX_DEPTH} levels deep") from None
+            parse.check_depth(data, str(path))
         else:
-            data = files.parse_json(text, str(path))
-    except files.FileError as exc:
+            data = parse.parse_json(text, str(path))
+    except parse.FileError as exc:
         raise ImportError_(f"{path} does not parse: {exc.message}" if exc.content else exc.message) from None
     except ValueError as exc:  # tomllib.TOMLDecodeError
         raise ImportError_(f"{path} does not parse: {exc}") from None

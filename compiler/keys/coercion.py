@@ -13,8 +13,8 @@ import math
 import re
 from typing import Any
 
-from ..canonical.spellings import FALSE, TRUE
 from .declare import Setting, type_parts
+from .spellings import FALSE, TRUE
 
 _INTEGER = re.compile(r"\s*[+-]?\d{1,19}\s*")
 

@@ -1,19 +1,19 @@
 """The declaration helper: `setting(...)` records every fact about one settings key.
 
-`compiler/keys/sections/` declares each key once (`compiler/keys/settings.py` gathers the sections), as
-a dataclass field made by `setting`:
-its type is the field's annotation, and the rest (default, help, aliases, choices, bounds,
-forgiving spellings, accelerate's name for it, its place in the wizard, the former keys it
-replaces) sits in the field's
-metadata as a `Setting`. A section class's ``step`` is the wizard step of its keys; a key
-declares ``step=`` only where it sits on another one. Everything else is derived from that
-declaration: the JSON Schema (`compiler/keys/schema_gen.py`), the schema index the compiler uses
-(`compiler/keys/schema.py`: defaults, and with `compiler/keys/coercion.py` the type-driven coercion),
-normalise's per-key spellings, the accelerate names emit writes and the importer reads, the
-key-path constants (`compiler/keys/paths.py`) and the wizard's steps (`tui/layout.py`).
+`compiler/keys/sections/` declares each key once (`compiler/keys/settings.py` gathers the sections),
+as a dataclass field made by `setting`: its type is the field's annotation (for a key with closed
+choices a `Literal` from `compiler/keys/choices.py`: its choices are read from it), and the rest
+(default, help, aliases, bounds, forgiving spellings, accelerate's name for it, its place in the
+wizard, the former keys it replaces) sits in the field's metadata as a `Setting`. A section class's
+``step`` is the wizard step of its keys; a key declares ``step=`` only where it sits on another one.
+Everything else is derived from that declaration: the JSON Schema (`compiler/keys/schema_gen.py`),
+the schema index the compiler uses (`compiler/keys/schema.py`: defaults, and with
+`compiler/keys/coercion.py` the type-driven coercion), normalise's per-key spellings, the accelerate
+names emit writes and the importer reads, the key-path constants (`compiler/keys/paths.py`) and the
+wizard's steps (`tui/layout.py`).
 
-No imports from the rest of tuner: settings.py and the spelling tables depend on this module,
-never the other way round.
+No imports from the rest of tuner: settings.py and the spelling tables depend on this module, never
+the other way round.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeVar
+
+_T = TypeVar("_T")
 
 #: The dataclass field metadata key under which a field's `Setting` is stored.
 META = "tuner"
@@ -37,7 +39,8 @@ class Setting:
     default: Any
     help: str
     aliases: tuple[str, ...] = ()
-    #: The only valid values (JSON Schema ``enum``).
+    #: The only valid values (JSON Schema ``enum``): read from the key's `Literal` type by
+    #: `declared` (`compiler/keys/choices.py`), never written in a declaration.
     choices: tuple[Any, ...] | None = None
     #: Values offered (wizard, `tuner schema`) where others are valid too (``x-choices``).
     open_choices: tuple[Any, ...] | None = None
@@ -67,15 +70,23 @@ class Setting:
     replaces: dict[str, dict[Any, Any]] | None = None
 
 
-def setting(default: Any, help: str, **facts: Any) -> Any:
-    """A dataclass field declaring one settings key (see `Setting` for the facts)."""
-    for name in ("aliases", "choices", "open_choices", "accelerate"):
+def setting(default: _T, help: str, **facts: Any) -> _T:
+    """A dataclass field declaring one settings key (see `Setting` for the facts). Typed as
+    its default, so that the field's annotation is what mypy sees (a `Literal` from
+    `compiler/keys/choices.py` for a key with closed choices, which are read from it)."""
+    if "choices" in facts:
+        raise TypeError("setting(choices=...): a key's closed choices are its type; annotate the field with a "
+                        "Literal (compiler/keys/choices.py) instead")
+    for name in ("aliases", "open_choices", "accelerate"):
         if isinstance(facts.get(name), (list, str)):
             facts[name] = tuple(facts[name]) if isinstance(facts[name], list) else (facts[name],)
     meta = {META: Setting(default, help, **facts)}
+    field: Any
     if isinstance(default, (list, dict)):
-        return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+        field = dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    else:
+        field = dataclasses.field(default=default, metadata=meta)
+    return typing.cast(_T, field)
 
 
 def spelling_table(table: dict[str, Any], off: tuple[Any, ...] = (), off_value: Any = None) -> Callable[[Any], Any]:
@@ -127,13 +138,27 @@ def declared(root: type) -> list[Declared]:
     for section, cls in sections(root).items():
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
-            fact = f.metadata[META]
-            out.append(Declared(section, f.name, hints[f.name], fact, fact.step or getattr(cls, "step", "")))
+            fact, tp = f.metadata[META], hints[f.name]
+            if literal_choices(tp) is not None:
+                fact = dataclasses.replace(fact, choices=literal_choices(tp))
+            out.append(Declared(section, f.name, tp, fact, fact.step or getattr(cls, "step", "")))
     return out
 
 
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array",
                type(None): "null"}
+
+
+def literal_choices(tp: Any) -> tuple[Any, ...] | None:
+    """A key's closed choices, read from its annotation: ``Literal["a", "b"]`` -> ``("a", "b")``,
+    ``Literal["a"] | None`` -> ``("a", None)``; None for a type without a `Literal`."""
+    if typing.get_origin(tp) is Literal:
+        return typing.get_args(tp)
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        parts = [(None,) if arg is type(None) else literal_choices(arg) for arg in typing.get_args(tp)]
+        if any(p is not None and p != (None,) for p in parts):
+            return tuple(v for p in parts if p is not None for v in p)
+    return None
 
 
 def type_parts(tp: Any) -> tuple[tuple[type, ...], Any]:
@@ -149,6 +174,8 @@ def type_parts(tp: Any) -> tuple[tuple[type, ...], Any]:
             kinds += sub
             item = item or sub_item
         return kinds, item
+    if typing.get_origin(tp) is Literal:
+        return tuple(dict.fromkeys(type(v) for v in typing.get_args(tp))), None
     origin = typing.get_origin(tp) or tp
     return (origin,), (typing.get_args(tp)[0] if origin is list else None)
 

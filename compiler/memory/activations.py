@@ -70,6 +70,12 @@ def image_tokens(c: dict, resolution: int) -> int:
     return side * side
 
 
+def activation_table(s: Settings, m: ModelSize, splits: set[int]) -> dict[tuple[int, bool], int]:
+    """`activation_bytes` for each sequence split and with and without checkpointing, in one
+    call: the compared strategies' rows look theirs up (`per_rank.compare`)."""
+    return {(n, ck): activation_bytes(s, m, n, ck) for n in sorted(splits) for ck in (False, True)}
+
+
 def activation_bytes(s: Settings, m: ModelSize, cp: int, checkpointing: bool) -> int:
     """Activation bytes of one micro batch on one rank (see the module docstring)."""
     a = 2 if s.training.mixed_precision in ("bf16", "fp16") else 4
@@ -81,13 +87,13 @@ def activation_bytes(s: Settings, m: ModelSize, cp: int, checkpointing: bool) ->
             return 0
         h = int(_cfg(c, "hidden_size", "n_embd", "d_model", default=0) or 0)
         seq = max(1, s.data.seq_len // max(1, cp))
-        tokens = b * seq * (2 if s.model.family == "embedding" else 1)  # query + document
+        tokens = b * seq * (2 if s.model.trained_family == "embedding" else 1)  # query + document
         if checkpointing:
             body = tokens * a * (len(per_layer) * h + max(per_layer))
         else:
             body = tokens * a * sum(per_layer)
         extra = tokens * a * h * 2  # embedding output, final norm
-        if s.model.family == "causal_lm":
+        if s.model.trained_family == "causal_lm":
             vocab = int(_cfg(c, "vocab_size", default=0) or 0)
             extra += tokens * vocab * (a + 4 + 4)  # logits, fp32 upcast for the loss, its gradient
         return int(body + extra)

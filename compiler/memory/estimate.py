@@ -30,14 +30,13 @@ from .activations import activation_bytes  # noqa: F401 - public
 from .advice import advise, host_advice, recommend  # noqa: F401 - public
 from .lora import lora_trainable
 from .model import ModelSize, model_size, resolve_model_path
-from .per_rank import (
+from .per_rank import (  # noqa: F401 - COMPARED is public here too
     COMPARED,
     GIB,
     GPU_MARGIN,
-    LABELS,
     StrategyEstimate,
+    compare,
     estimate_strategy,
-    options_for,
 )
 from .report import Estimate, fits, fmt_count, gib  # noqa: F401 - public
 from .shapes import analytic_count, analytic_shapes  # noqa: F401 - public
@@ -118,9 +117,7 @@ def estimate(s: Settings, plan: Plan, facts=None, base_dir: Path | None = None,
                               checkpointing=checkpointing)
         return _set_fits(r, usable, host_cap)
 
-    chosen = estimate_strategy(s, model, plan.strategy, world, rph, platform, cp, trainable, chosen=True)
-    chosen.label = LABELS.get(_describe(s, plan.strategy), LABELS.get(plan.strategy, plan.strategy))
-    rows = [estimate_strategy(s, model, name, world, rph, platform, cp, trainable) for name in COMPARED]
+    chosen, rows = compare(s, model, plan.strategy, world, rph, platform, cp, trainable)
     for r in [chosen] + rows:
         _set_fits(r, usable, host_cap)
     if model.uncertain:
@@ -137,23 +134,10 @@ def estimate(s: Settings, plan: Plan, facts=None, base_dir: Path | None = None,
     return est
 
 
-def _describe(s: Settings, strategy: Strategy) -> str:
-    """The compared row's name for the settings' own strategy (``zero2+offload``, ...)."""
-    if strategy.is_deepspeed:
-        o = options_for(s, strategy, 1, 1, chosen=True)
-        if o.offload_param == "nvme" or o.offload_optimizer == "nvme":
-            return "zero3+nvme" if strategy is Strategy.ZERO3 else strategy
-        if o.offload_optimizer == "cpu" and strategy in (Strategy.ZERO2, Strategy.ZERO3):
-            return f"{strategy}+offload"
-    if strategy is Strategy.FSDP2 and s.fsdp.offload_params:
-        return "fsdp2+offload"
-    return strategy
-
-
 # --- entry points the wizard and the CLI use ----------------------------------------------
 
 def for_result(result, facts=None, base_dir: Path | None = None) -> Estimate | None:
-    """The estimate for a `tuner.compiler.CompileResult` (None when it has no plan): the one
+    """The estimate for a `tuner.compiler.compile.CompileResult` (None when it has no plan): the one
     its compile computed (`result.estimate`); `facts` given: computed again for them."""
     if result.settings is None or result.plan is None:
         return None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..keys.choices import trained_family
 from ..keys.settings import Settings
 from .shapes import _cfg, analytic_count, architecture
 
@@ -51,7 +52,7 @@ def kind_of(config: dict[str, Any], family: str) -> str:
     cls = str(config.get("_class_name", ""))
     if cls:
         return "unet" if "UNet" in cls else "dit"
-    if family == "embedding" or config.get("model_type") in ("bert", "roberta", "xlm-roberta", "electra",
+    if trained_family(family) == "embedding" or config.get("model_type") in ("bert", "roberta", "xlm-roberta", "electra",
                                                              "camembert", "mpnet"):
         return "encoder"
     return "decoder"
@@ -107,7 +108,7 @@ def model_size(s: Settings, found: Any) -> tuple[ModelSize | None, str]:
     if found.config is None:
         return None, (f"model {m.path} is not available here (no config.json); "
                       "the estimate needs the model's size: run the estimate where the model is")
-    from ..read.files import FileError, parse_json
+    from ..parse import FileError, parse_json
 
     try:
         config = parse_json(found.config.text(), str(found.config_file))

@@ -29,9 +29,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..keys import paths as K
+from ..keys.choices import MixedPrecision
 from ..keys.settings import Settings
 from ..plan.strategy import Strategy
-from .activations import activation_bytes
+from .activations import activation_bytes, activation_table
 from .model import ModelSize, transformer_blocks
 
 GIB = 1024**3
@@ -74,10 +75,11 @@ class StrategyOptions:
     ranks_per_host: int
     shard: int
     """Ranks a ZeRO/FSDP shard group spans."""
-    mixed_precision: str
+    mixed_precision: MixedPrecision
     optimizer_bytes: int
     offload_optimizer: str = "none"
     offload_param: str = "none"
+    """The devices as a raw DeepSpeed config may name them (the estimate runs on a config the compile refuses)."""
     reshard_after_forward: bool = True
     reduce_bucket: int = DS_REDUCE_BUCKET
     prefetch_bucket: int = DS_PREFETCH_BUCKET
@@ -272,11 +274,13 @@ def _zero3_partition(m: ModelSize, n: int) -> int:
 def estimate_strategy(s: Settings, m: ModelSize, strategy: str, world: int, ranks_per_host: int,
                       platform: str, cp: int = 1, trainable: int | None = None,
                       chosen: bool = False, efficient_loading: bool | None = None,
-                      checkpointing: bool | None = None) -> StrategyEstimate:
+                      checkpointing: bool | None = None,
+                      activations: dict[tuple[int, bool], int] | None = None) -> StrategyEstimate:
     """Bytes for one strategy (``ddp``, ``fsdp2``, ``zero3+offload``, ...) of these settings;
     ``chosen=True`` keeps the settings' own offload options; `efficient_loading` overrides
     the settings' ``fsdp.cpu_ram_efficient_loading`` / ``deepspeed.zero3_init`` (the advice
-    asks "would it fit with the switch on?"), `checkpointing` their activation checkpointing."""
+    asks "would it fit with the switch on?"), `checkpointing` their activation checkpointing;
+    `activations`: `activations.activation_table`'s figures (None: computed here)."""
     o = options_for(s, strategy, world, ranks_per_host, chosen)
     switch = loading_switch(o)
     if efficient_loading is not None and switch:
@@ -337,7 +341,8 @@ def estimate_strategy(s: Settings, m: ModelSize, strategy: str, world: int, rank
         checkpointing = s.training.gradient_checkpointing or (o.fsdp and s.fsdp.activation_checkpointing)
     # ring CP splits the sequence under FSDP2, Ulysses (context_parallel.sp_size) under DeepSpeed
     split = cp if o.fsdp else max(1, s.context_parallel.sp_size) if o.deepspeed else 1
-    dev.activations = activation_bytes(s, m, split, checkpointing)
+    known = activations.get((split, bool(checkpointing))) if activations is not None else None
+    dev.activations = known if known is not None else activation_bytes(s, m, split, checkpointing)
     if platform in ("cuda", "rocm"):
         dev.overhead = GPU_OVERHEAD_BYTES
 
@@ -353,6 +358,32 @@ def estimate_strategy(s: Settings, m: ModelSize, strategy: str, world: int, rank
         ranks_per_host=ranks_per_host, load_peak_host=load_peak, full_save_host=full_save,
         full_save_needed=s.checkpoint.state_dict_type == "full" or s.checkpoint.export, platform=platform,
         loading_switch=switch, efficient_loading=o.cpu_ram_efficient_loading)
+
+
+def compare(s: Settings, m: ModelSize, strategy: Strategy, world: int, ranks_per_host: int, platform: str,
+            cp: int = 1, trainable: int | None = None) -> tuple[StrategyEstimate, list[StrategyEstimate]]:
+    """The settings' own strategy (labelled as the table names it) and every compared one, in
+    one call, from one table of activation figures."""
+    acts = activation_table(s, m, {1, cp, max(1, s.context_parallel.sp_size)})
+    chosen = estimate_strategy(s, m, strategy, world, ranks_per_host, platform, cp, trainable, chosen=True,
+                               activations=acts)
+    chosen.label = LABELS.get(_describe(s, strategy), LABELS.get(strategy, strategy))
+    rows = [estimate_strategy(s, m, name, world, ranks_per_host, platform, cp, trainable, activations=acts)
+            for name in COMPARED]
+    return chosen, rows
+
+
+def _describe(s: Settings, strategy: Strategy) -> str:
+    """The compared row's name for the settings' own strategy (``zero2+offload``, ...)."""
+    if strategy.is_deepspeed:
+        o = options_for(s, strategy, 1, 1, chosen=True)
+        if o.offload_param == "nvme" or o.offload_optimizer == "nvme":
+            return "zero3+nvme" if strategy is Strategy.ZERO3 else strategy
+        if o.offload_optimizer == "cpu" and strategy in (Strategy.ZERO2, Strategy.ZERO3):
+            return f"{strategy}+offload"
+    if strategy is Strategy.FSDP2 and s.fsdp.offload_params:
+        return "fsdp2+offload"
+    return strategy
 
 
 def loading_switch(o: StrategyOptions) -> str:

@@ -1,7 +1,7 @@
 """What DeepSpeed's own config models accept, checked without importing DeepSpeed.
 
 `schemas/deepspeed_rules.json` is derived from DeepSpeed's pydantic models by
-`python -m tuner.compiler.plan.deepspeed_rules_gen schemas/deepspeed_rules.json`
+`python scripts/deepspeed_rules_gen.py schemas/deepspeed_rules.json`
 (`tests/compiler/test_deepspeed_values.py` re-derives it and cross-checks bad values against
 the real `DeepSpeedConfig`, so these rules cannot drift from the installed DeepSpeed).
 The checks follow pydantic's lax mode, as DeepSpeed does: ``"true"`` is a bool, ``1e8`` an

@@ -5,7 +5,7 @@ settings and the plan out. It changes nothing it is given and reads nothing: wha
 from the world (the platform "auto" means, the model's facts, the NVMe directory) the gather
 stage passes. The DeepSpeed config is built here, because a raw config may set what the plan
 follows (the ZeRO stage, the batch factors); the plan is then made once, and settings and
-plan are frozen (`freeze`, a frozen `Plan`).
+plan are frozen (`Settings` is built frozen; a frozen `Plan`).
 
 Each rule is a small function over typed settings that adds diagnostics. Messages the
 seeds define are kept word for word (`FSDP and DeepSpeed cannot be enabled
@@ -19,13 +19,14 @@ import re
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from ..canonical.normalise import Normalised
 from ..diagnostics import Diagnostics
 from ..keys import paths as K
+from ..keys.choices import Platform
 from ..keys.schema import index
-from ..keys.settings import Settings, freeze, global_batch
+from ..keys.settings import Settings, global_batch
 from .plan import Plan
 from .rules_runtime import check_runtime_keys
 from .strategy import Strategy
@@ -56,14 +57,21 @@ def _no_disk(text: str) -> Any:
     return None
 
 
+#: What NVMe offload puts on each machine's disk: (settings, strategy, world, processes per
+#: machine, platform, the model's facts) -> bytes, 0 when unknown. The memory estimate computes
+#: it (`review/model_facts.py`'s `nvme_bytes`, a later stage), so the compile passes it in.
+OffloadNeed = Callable[[Settings, Strategy, int, int, str, Any], int]
+
+
 def check(n: Normalised, diags: Diagnostics, detected: str, found: Any = None,
-          disks: Callable[[str], Any] = _no_disk) -> Checked:
+          disks: Callable[[str], Any] = _no_disk, offload_need: OffloadNeed | None = None) -> Checked:
     """The rules stage: normalised settings -> diagnostics, resolved settings and the plan.
 
     Pure: `n` is not changed, and nothing is read. `detected` is what ``hardware.platform =
     "auto"`` means (the gather stage detected it); `found` is the model's gathered
     `inputs.ModelFacts` (the NVMe estimate; None: unknown), `disks` an NVMe path's gathered
-    `inputs.DiskFacts`. The DeepSpeed config is built here because a raw config may set the
+    `inputs.DiskFacts`, `offload_need` the estimate's NVMe need (None: unknown, the free
+    space is not compared). The DeepSpeed config is built here because a raw config may set the
     ZeRO stage, the batch factors and the precision, which the plan follows: the plan is made
     once, from the settings as they finally are."""
     s = _resolve(n, detected, diags)
@@ -178,13 +186,13 @@ def check(n: Normalised, diags: Diagnostics, detected: str, found: Any = None,
     rph = max(1, world // hw.num_machines)
     ds_cfg = None
     if ds_on:
-        from ..artefacts import deepspeed_config
-        from .model_facts import nvme_bytes
+        from . import deepspeed_config
 
         # the estimate's NVMe need at the settings' own ZeRO stage (the plan is made after the build)
-        need = nvme_bytes(s, Strategy.zero(s.deepspeed.zero_stage), world, rph, platform, found)
+        zero = Strategy.zero(s.deepspeed.zero_stage)
+        need = offload_need(s, zero, world, rph, platform, found) if offload_need is not None else 0
         ds_cfg, s = deepspeed_config.build(s, dp, explicit, diags, disks, need)
-    return Checked(freeze(s), _plan(s, ds_on, world, rph, dp, platform), ds_cfg)
+    return Checked(s, _plan(s, ds_on, world, rph, dp, platform), ds_cfg)
 
 
 def _elsewhere(disks: Callable[[str], Any], why: str) -> Callable[[str], Any]:
@@ -202,7 +210,7 @@ def _resolve(n: Normalised, platform: str, diags: Diagnostics) -> Settings:
     s = Settings.from_dict({name: copy.deepcopy(dict(values)) for name, values in n.settings.items()})
     hw, ds, cp = s.hardware, s.deepspeed, s.context_parallel
     if hw.platform == "auto":
-        hw = replace(hw, platform=platform)
+        hw = replace(hw, platform=cast(Platform, platform))  # the gather stage's detected_platform: one of them
         diags.note(K.HARDWARE_PLATFORM, f"target platform detected on this machine: {platform}",
                    "state hardware.platform when compiling for another machine (e.g. in CI)")
     if ds.config and not ds.enabled:
@@ -224,8 +232,7 @@ def _plan(s: Settings, ds_on: bool, world: int, rph: int, dp: int, platform: str
     t = s.training
     return Plan(strategy=strategy, distributed_type=dtype, platform=platform, world_size=world,
                 processes_per_machine=rph, data_parallel_size=dp,
-                global_batch_size=global_batch(t.micro_batch_size, t.gradient_accumulation_steps, dp),
-                uses_deepspeed=ds_on, uses_fsdp=s.fsdp.enabled and not ds_on)
+                global_batch_size=global_batch(t.micro_batch_size, t.gradient_accumulation_steps, dp))
 
 
 def _deepspeed_sequence_parallel(s: Settings, ds_on: bool, world: int, diags: Diagnostics) -> int:

@@ -48,7 +48,7 @@ def check_diffusion_objective(s: Settings, diags: Diagnostics) -> None:
 
 
 def check_runtime_keys(s: Settings, platform: str, diags: Diagnostics) -> None:
-    if s.model.family == "diffusion":
+    if s.model.trained_family == "diffusion":
         check_diffusion_objective(s, diags)
     t = s.training
     if t.lr_scheduler == "polynomial" and t.lr_end >= t.learning_rate:
@@ -74,6 +74,6 @@ def check_runtime_keys(s: Settings, platform: str, diags: Diagnostics) -> None:
         if s.model.path.strip().startswith("builtin"):
             diags.error(K.MODEL_BASE_PRECISION, "a built-in model is built, not loaded: there is no 4-bit base to load",
                         "set model.path to a local model folder, or model.base_precision = \"no_change\"")
-        if s.model.family != "causal_lm":
+        if s.model.trained_family != "causal_lm":
             diags.error(K.MODEL_BASE_PRECISION, f"tuner run loads a 4-bit base for causal_lm models only, not "
                         f"{s.model.family}", "set model.base_precision = \"no_change\"")

@@ -4,11 +4,28 @@ The manifest and the settings keep their strings (``"zero3"``, ``"fsdp2"``; `Str
 `StrEnum`, so it writes and compares as that string); code asks the enum instead of testing
 the string (``strategy.is_deepspeed``, not ``strategy.startswith("zero")``), so that a type
 checker follows every use and a rename is one edit here.
+
+What a person chooses is coarser (`StrategyChoice`, the wizard's Sharding step): DeepSpeed is
+one choice whose ZeRO stage is a setting of its own, and one process or several is
+``hardware.num_processes``. `Strategy.choice` and `Strategy.chosen` map one onto the other.
 """
 
 from __future__ import annotations
 
 import enum
+import typing
+from typing import Literal
+
+#: A person's choice of strategy (the wizard's Sharding step), in the wizard's order.
+StrategyChoice = Literal["ddp", "fsdp2", "fsdp1", "deepspeed"]
+
+
+def strategy_choice(text: str) -> StrategyChoice:
+    """`text` as a `StrategyChoice` (ValueError when it is none)."""
+    for choice in typing.get_args(StrategyChoice):
+        if choice == text:
+            return typing.cast(StrategyChoice, choice)
+    raise ValueError(f"{text!r} is not a strategy choice ({', '.join(typing.get_args(StrategyChoice))})")
 
 
 class Strategy(enum.StrEnum):
@@ -30,6 +47,21 @@ class Strategy(enum.StrEnum):
     def fsdp(cls, version: int) -> Strategy:
         """FSDP `version` (1 or 2)."""
         return cls(f"fsdp{version}")
+
+    @classmethod
+    def chosen(cls, choice: StrategyChoice, zero_stage: int = 2) -> Strategy:
+        """The strategy a person's choice names: ``deepspeed`` at `zero_stage`; ``ddp`` stands
+        for a single process too (the plan says ``single`` when there is one)."""
+        return cls.zero(zero_stage) if choice == "deepspeed" else cls(choice)
+
+    @property
+    def choice(self) -> StrategyChoice:
+        """The choice that names this strategy (``zero3`` -> ``deepspeed``, ``single`` -> ``ddp``)."""
+        if self.is_deepspeed:
+            return "deepspeed"
+        if self is Strategy.FSDP1:
+            return "fsdp1"
+        return "fsdp2" if self is Strategy.FSDP2 else "ddp"
 
     @property
     def is_deepspeed(self) -> bool:

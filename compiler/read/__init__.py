@@ -1,2 +1,2 @@
 """Stage 1, read: everything a compile reads (the settings file, the files it names, the
-machine's facts), gathered once at the edge (`inputs.gather`)."""
+machine's facts), gathered once at the edge (`compiler/gather.py`)."""

@@ -190,7 +190,7 @@ def current_fingerprint(model: str, family: str | None, flavour: str = "") -> st
     cfg = model_config_file(model, flavour)
     if cfg is None:
         return None
-    from .files import FileError
+    from ..parse import FileError
 
     try:
         return file_sha256(cfg)
@@ -224,7 +224,8 @@ def _warn_once(message: str) -> None:
 
 
 def _read() -> dict[str, Any]:
-    from .files import FileError, parse_json, read_text
+    from ..parse import FileError, parse_json
+    from .files import read_text
 
     path = cache_path()
     try:

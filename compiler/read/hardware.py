@@ -240,7 +240,7 @@ def _warn_once(message: str) -> None:
 
 
 def _load_or_warn(path: str | os.PathLike, label: str, quiet_if_missing: bool) -> HardwareFacts | None:
-    from .files import FileError
+    from ..parse import FileError
 
     try:
         return HardwareFacts.load(path)

@@ -18,7 +18,7 @@ from typing import Any
 def detect_platform(facts: Any) -> str:
     """'cuda', 'rocm', 'mps' or 'cpu' for the machine this runs on. `facts`: this host's
     `hardware.HardwareFacts` as the caller read them (`hardware.local_facts()`), or None when
-    there are none; this reads no facts file itself (the gather stage, `inputs.gather`, does)."""
+    there are none; this reads no facts file itself (the gather stage, `gather.gather`, does)."""
     forced = os.environ.get("TUNER_PLATFORM", "").strip().lower()
     if forced in ("cuda", "rocm", "mps", "cpu"):
         return forced

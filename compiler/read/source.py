@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import parse
 from . import files
 
 # Both patterns are matched against one line and have no nested or overlapping repeats,
@@ -103,7 +104,7 @@ def read_settings(path: Path) -> Source:
     """Read and parse a settings file; SourceError (``io`` set when it cannot be read)."""
     try:
         text = files.read_text(path, "settings file", MAX_SETTINGS_BYTES)
-    except files.FileError as exc:
+    except parse.FileError as exc:
         raise SourceError(exc.message, io=not exc.content) from None
     return parse_settings_text(text, path)
 
@@ -111,8 +112,8 @@ def read_settings(path: Path) -> Source:
 def parse_settings_text(text: str, path: Path | None = None) -> Source:
     locator = KeyLocator.scan(text)  # linear; first, because it also bounds tomllib's work:
     # tomllib resolves a dotted key from the root once per part, quadratic in its length.
-    if locator.deepest > files.MAX_DEPTH:
-        raise SourceError(f"invalid settings: a key nested more than {files.MAX_DEPTH} levels deep")
+    if locator.deepest > parse.MAX_DEPTH:
+        raise SourceError(f"invalid settings: a key nested more than {parse.MAX_DEPTH} levels deep")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -124,8 +125,8 @@ def parse_settings_text(text: str, path: Path | None = None) -> Source:
             message = _TOML_POS.sub("", message).strip()
         raise SourceError(f"invalid TOML: {message}", line, column) from None
     except RecursionError:  # tomllib recurses into nested arrays and inline tables
-        raise SourceError(f"invalid settings: nested more than {files.MAX_DEPTH} levels deep") from None
-    problem = files.nesting_problem(data)  # dotted keys nest without recursion in the parser
+        raise SourceError(f"invalid settings: nested more than {parse.MAX_DEPTH} levels deep") from None
+    problem = parse.nesting_problem(data)  # dotted keys nest without recursion in the parser
     if problem:
         raise SourceError(f"invalid settings: {problem}")
     return Source(path, data, locator, text)

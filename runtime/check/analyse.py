@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...compiler.plan.strategy import Strategy
 from . import losses, samples, saves
 from .findings import Finding, fault, ok, skipped
 from .planned import memory, schedule
+
+if TYPE_CHECKING:
+    from ..artefacts import Artefacts
 
 FSDP_FIX = ("pass the model and the optimizer to ONE `accelerator.prepare(model, optimizer, ...)` call, after "
             "building both, and use what it returns")
@@ -30,7 +33,7 @@ def read_facts(d: Path, ranks: list[int]) -> dict[int, dict[str, Any]]:
     return out
 
 
-def analyse(arts, facts: dict[int, dict], ranks: list[int], own_trainer: bool) -> list[Finding]:
+def analyse(arts: Artefacts, facts: dict[int, dict], ranks: list[int], own_trainer: bool) -> list[Finding]:
     missing = [r for r in ranks if r not in facts]
     out: list[Finding] = []
     if missing:
@@ -63,7 +66,7 @@ def analyse(arts, facts: dict[int, dict], ranks: list[int], own_trainer: bool) -
     return out
 
 
-def _one_run(arts, runs: dict[int, dict], own_trainer: bool) -> list[Finding]:
+def _one_run(arts: Artefacts, runs: dict[int, dict], own_trainer: bool) -> list[Finding]:
     out: list[Finding] = []
     for check in (_world, _dist_type, _prepared, _sharding, _data, _trainable, _optimizer, _steps, _changed, _grads,
                   _loss, _lr, _ds_batch, _precision, _dtypes):
@@ -74,7 +77,7 @@ def _one_run(arts, runs: dict[int, dict], own_trainer: bool) -> list[Finding]:
     return out + memory(arts, runs, own_trainer) + schedule(arts, runs, own_trainer)
 
 
-def _world(arts, runs) -> list[Finding]:
+def _world(arts: Artefacts, runs) -> list[Finding]:
     want = arts.plan.world_size
     bad = []
     for r, run in runs.items():
@@ -89,7 +92,7 @@ def _world(arts, runs) -> list[Finding]:
     return bad or [ok("world-size", "all", f"{len(runs)} ranks each see a world of {want}")]
 
 
-def _dist_type(arts, runs) -> list[Finding]:
+def _dist_type(arts: Artefacts, runs) -> list[Finding]:
     from ..cpu_shim import accepted_types, cpu_type
 
     accepted = accepted_types(arts.plan.distributed_type) if arts.plan.platform == "cpu" else {arts.plan.distributed_type}
@@ -101,7 +104,7 @@ def _dist_type(arts, runs) -> list[Finding]:
     return bad or [ok("distributed-type", "all", " / ".join(sorted(accepted)))]
 
 
-def _prepared(arts, runs) -> list[Finding]:
+def _prepared(arts: Artefacts, runs) -> list[Finding]:
     r, run = next(iter(runs.items()))
     p = run["prepared"]
     saw = f"prepare got {p['models']} model(s), {p['optimizers']} optimizer(s), {p['dataloaders']} data loader(s)"
@@ -115,7 +118,7 @@ def _prepared(arts, runs) -> list[Finding]:
     return [ok("prepared", "all", saw)]
 
 
-def _sharding(arts, runs) -> list[Finding]:
+def _sharding(arts: Artefacts, runs) -> list[Finding]:
     strategy, world = arts.plan.strategy, arts.plan.world_size
     if strategy.zero_stage in (1, 2) and world > 1:  # optimizer state partitioned, parameters whole
         return _zero_partition(strategy, world, runs)
@@ -155,7 +158,7 @@ def _zero_partition(strategy: Strategy, world: int, runs) -> list[Finding]:
     return out or [ok("sharding", "all", f"each rank's optimizer partition holds about 1/{world} of the parameters")]
 
 
-def _data(arts, runs) -> list[Finding]:
+def _data(arts: Artefacts, runs) -> list[Finding]:
     if len(runs) < 2:
         return [skipped("data-sharded", "all", "one rank on this machine")]
     by_identity = samples.judge(runs, arts.plan.data_parallel_size)
@@ -183,7 +186,7 @@ def _same_batches(runs) -> list[Finding]:
     return [ok("data-sharded", "all", f"{len(seen)} batches, all different across ranks")]
 
 
-def _trainable(arts, runs) -> list[Finding]:
+def _trainable(arts: Artefacts, runs) -> list[Finding]:
     r, run = next(iter(runs.items()))
     m = run.get("model")
     if m is None:
@@ -200,7 +203,7 @@ def _trainable(arts, runs) -> list[Finding]:
     return [ok("trainable", "all", f"{share:.1%} of {m['numel']:,} parameters trainable ({kind})")]
 
 
-def _optimizer(arts, runs) -> list[Finding]:
+def _optimizer(arts: Artefacts, runs) -> list[Finding]:
     out = []
     for r, run in runs.items():
         o = run.get("optimizer")
@@ -230,7 +233,7 @@ def _optimizer(arts, runs) -> list[Finding]:
     return [ok("optimizer-params", "all", f"{o['type']} holds all {o['trainable_in_model']} trainable parameters")]
 
 
-def _steps(arts, runs) -> list[Finding]:
+def _steps(arts: Artefacts, runs) -> list[Finding]:
     r, run = next(iter(runs.items()))
     if run["backwards"] and not run["steps"]:
         return [fault("optimizer-step", "all", f"{run['backwards']} backward passes and no optimizer step: nothing is "
@@ -252,7 +255,7 @@ def _steps(arts, runs) -> list[Finding]:
     return [ok("optimizer-step", "all", f"{run['steps']} optimizer steps")]
 
 
-def _changed(arts, runs) -> list[Finding]:
+def _changed(arts: Artefacts, runs) -> list[Finding]:
     for r, run in runs.items():
         if run.get("changed") is False:
             return [fault("params-change", f"rank {r}", "the optimizer's parameters did not change in a step",
@@ -263,7 +266,7 @@ def _changed(arts, runs) -> list[Finding]:
     return [skipped("params-change", "all", "no optimizer step")]
 
 
-def _grads(arts, runs) -> list[Finding]:
+def _grads(arts: Artefacts, runs) -> list[Finding]:
     out = []
     seen = False
     for r, run in runs.items():
@@ -290,7 +293,7 @@ def _grads(arts, runs) -> list[Finding]:
     return [ok("grads", "all", "finite and non-zero")] if seen else [skipped("grads", "all", "no optimizer step")]
 
 
-def _loss(arts, runs) -> list[Finding]:
+def _loss(arts: Artefacts, runs) -> list[Finding]:
     for r, run in runs.items():
         bad = [x for x in run["losses"] if not math.isfinite(x)]
         if bad:
@@ -301,7 +304,7 @@ def _loss(arts, runs) -> list[Finding]:
         [skipped("loss", "all", "no backward pass")]
 
 
-def _lr(arts, runs) -> list[Finding]:
+def _lr(arts: Artefacts, runs) -> list[Finding]:
     r, run = next(iter(runs.items()))
     if not run["lr"]:
         return [skipped("lr", "all", "no optimizer step")]
@@ -311,7 +314,7 @@ def _lr(arts, runs) -> list[Finding]:
     return [ok("lr", "all", "steps at lr " + ", ".join(f"{x:.3g}" for x in run["lr"]))]
 
 
-def _ds_batch(arts, runs) -> list[Finding]:
+def _ds_batch(arts: Artefacts, runs) -> list[Finding]:
     r, run = next(iter(runs.items()))
     ds = run.get("ds")
     if ds is None:
@@ -333,7 +336,7 @@ def _ds_batch(arts, runs) -> list[Finding]:
     return [ok("batch-arithmetic", "all", f"{ds['micro']} x {ds['accumulation']} x {ds['world']} = {ds['train_batch']}")]
 
 
-def _precision(arts, runs) -> list[Finding]:
+def _precision(arts: Artefacts, runs) -> list[Finding]:
     want = arts.settings.training.mixed_precision
     r, run = next(iter(runs.items()))
     ds = run.get("ds")
@@ -354,7 +357,7 @@ def _precision(arts, runs) -> list[Finding]:
     return [ok("mixed-precision", "all", have)]
 
 
-def _dtypes(arts, runs) -> list[Finding]:
+def _dtypes(arts: Artefacts, runs) -> list[Finding]:
     if not arts.plan.uses_fsdp:
         return [skipped("dtypes", "all", "not FSDP")]
     r, run = next(iter(runs.items()))

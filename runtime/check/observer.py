@@ -23,10 +23,14 @@ import json
 import math
 import os
 import time
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from . import losses, samples, saves, tensors
 from .tensors import checksum, fingerprint, local, model_facts
+
+if TYPE_CHECKING:
+    from ..artefacts import Artefacts
 
 DIR_ENV, STEPS_ENV = "TUNER_CHECK_DIR", "TUNER_CHECK_STEPS"
 BATCHES = 3  # fingerprinted forward calls per run
@@ -98,12 +102,14 @@ def rehearsal():
         write(error)
 
 
-def redirect_output(arts):
+def redirect_output(arts: Artefacts) -> Artefacts:
     """tuner's trainer in a rehearsal writes its metrics under the check's temporary
-    directory, not into the run's output directory."""
-    if active():
-        arts.settings.output.dir = os.path.join(os.environ[DIR_ENV], "output")
-    return arts
+    directory, not into the run's output directory: the build with that output directory
+    (the settings are frozen; `arts` is not changed)."""
+    if not active():
+        return arts
+    output = replace(arts.settings.output, dir=os.path.join(os.environ[DIR_ENV], "output"))
+    return replace(arts, settings=replace(arts.settings, output=output))
 
 
 def _run() -> dict[str, Any]:

@@ -8,12 +8,16 @@ anything else is the script's own choice and is skipped, with the reason.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ...compiler.keys.choices import LrScheduler
 from .findings import Finding, fault, ok, skipped
 
+if TYPE_CHECKING:
+    from ..artefacts import Artefacts
 
-def schedule(arts, runs, own_trainer: bool) -> list[Finding]:
+
+def schedule(arts: Artefacts, runs, own_trainer: bool) -> list[Finding]:
     """The learning rate of each rehearsed step is the settings' schedule: tuner's own trainer,
     and a script whose optimizer starts at the settings' learning rate under a torch LR
     scheduler (``initial_lr`` in its param groups: the script means the settings' schedule)."""
@@ -40,7 +44,7 @@ def _same(got: list[float], want: list[float]) -> bool:
     return all(abs(a - b) <= 1e-9 + 1e-6 * abs(b) for a, b in zip(got, want, strict=True))
 
 
-def _cause(arts, got: list[float]) -> tuple[str, str]:
+def _cause(arts: Artefacts, got: list[float]) -> tuple[str, str]:
     """Why the script's lr differs from the settings' schedule: the speed at which its scheduler
     runs through the schedule (settings steps per optimizer step), or one step ahead."""
     t, world = arts.settings.training, arts.plan.world_size
@@ -94,7 +98,7 @@ def _speed_cause(r: float, world: int, accum: int) -> tuple[str, str]:
 FORMULAS = ("constant", "constant_with_warmup", "linear", "cosine")
 
 
-def planned_lrs(kind: str, lr: float, warmup: int, total: int, n: int, training: Any = None) -> list[float]:
+def planned_lrs(kind: LrScheduler, lr: float, warmup: int, total: int, n: int, training: Any = None) -> list[float]:
     """The learning rate of optimizer steps 1..n under the settings' schedule
     (runtime/optim.py: `lr_schedule`, tuner's "constant" warms up when warmup_steps is set;
     ``training`` gives polynomial its lr_end and lr_power)."""
@@ -118,7 +122,7 @@ def planned_lrs(kind: str, lr: float, warmup: int, total: int, n: int, training:
     return out
 
 
-def _lrs_from_transformers(kind: str, lr: float, warmup: int, total: int, n: int, training: Any = None) -> list[float]:
+def _lrs_from_transformers(kind: LrScheduler, lr: float, warmup: int, total: int, n: int, training: Any = None) -> list[float]:
     import torch
 
     from ..optim import lr_schedule
@@ -133,7 +137,7 @@ def _lrs_from_transformers(kind: str, lr: float, warmup: int, total: int, n: int
     return out
 
 
-def memory(arts, runs, own_trainer: bool) -> list[Finding]:
+def memory(arts: Artefacts, runs, own_trainer: bool) -> list[Finding]:
     """Per-rank model state vs the estimate: tuner's own trainer, and a script that trains the
     settings' model (the same parameter count as the estimate's model)."""
     from ...compiler.memory.estimate import estimate

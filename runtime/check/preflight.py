@@ -16,11 +16,14 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...compiler.artefacts.emit import MANIFEST_JSON
 from ...compiler.keys import paths as K
 from .findings import Finding, fault, ok, skipped
+
+if TYPE_CHECKING:
+    from ..artefacts import Artefacts
 
 VERSIONED = ("tuner", "torch", "accelerate", "deepspeed", "transformers")
 GIB = 1024**3
@@ -48,7 +51,7 @@ def checkpoint_bytes(est) -> int:
     return n * 4 + n * 8
 
 
-def _estimate(arts):
+def _estimate(arts: Artefacts):
     from ...compiler.memory.estimate import estimate
 
     try:
@@ -172,14 +175,14 @@ def _nvme_problem(d: Path) -> str:
     return f"{d} does not exist or is not a directory" if not d.is_dir() else _writable(d)
 
 
-def _resolve(arts, value: str) -> Path:
+def _resolve(arts: Artefacts, value: str) -> Path:
     p = Path(value).expanduser()
     return p if p.is_absolute() else arts.base_dir / p
 
 
-def _known_faults(arts, m: str) -> list[Finding]:
-    """The compiler's known-fault warnings (compiler/plan/known_faults.py), kept in the manifest."""
-    from ...compiler.plan.known_faults import FIXES, KNOWN
+def _known_faults(arts: Artefacts, m: str) -> list[Finding]:
+    """The compiler's known-fault warnings (compiler/review/known_faults.py), kept in the manifest."""
+    from ...compiler.review.known_faults import FIXES, KNOWN
 
     if arts is None:
         return []
@@ -191,12 +194,13 @@ def _known_faults(arts, m: str) -> list[Finding]:
             for d in found]
 
 
-def local_findings(f: dict[str, Any], arts) -> list[Finding]:
+def local_findings(f: dict[str, Any], arts: Artefacts | None) -> list[Finding]:
     """Judge one machine's facts against the plan (`arts`: the build as loaded here, or None)."""
     m = f"machine {f['machine']}"
     out: list[Finding] = []
-    if "build_error" in f:
-        return [fault("build", m, f["build_error"], "copy the build directory to this machine (the same path), "
+    if "build_error" in f or arts is None:
+        return [fault("build", m, f.get("build_error", "the build did not load"),
+                      "copy the build directory to this machine (the same path), "
                       "or compile the same settings here with `tuner compile`")]
     out.append(ok("build", m, f"manifest {f['build_hash'][:12]}"))
     compiled = f.get("compiled_versions") or {}
@@ -252,7 +256,7 @@ def local_findings(f: dict[str, Any], arts) -> list[Finding]:
     return out
 
 
-def _interface_findings(f: dict[str, Any], m: str, arts) -> list[Finding]:
+def _interface_findings(f: dict[str, Any], m: str, arts: Artefacts) -> list[Finding]:
     out = []
     for var, value in f.get("ifname_env", {}).items():
         names = [n.lstrip("=") for n in value.lstrip("^").split(",") if n]
@@ -273,7 +277,7 @@ def _interface_findings(f: dict[str, Any], m: str, arts) -> list[Finding]:
                or f"routes: {', '.join(f.get('routes', [])) or 'loopback only'}")]
 
 
-def _gpu_findings(f: dict[str, Any], m: str, arts) -> list[Finding]:
+def _gpu_findings(f: dict[str, Any], m: str, arts: Artefacts) -> list[Finding]:
     g = f.get("gpus")
     if g is None:
         return [skipped("gpus", m, "not a GPU target")]

@@ -17,9 +17,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import preflight
 from .findings import Report, fault
+
+if TYPE_CHECKING:
+    from ..artefacts import Artefacts
 
 #: Optimizer steps the rehearsal runs (then the ranks stop). Not fewer: DeepSpeed's WarmupLR
 #: runs the first two steps at lr 0 (the zero2_offload example), and a step at lr 0 proves
@@ -67,7 +71,7 @@ def launch_part(build_dir: Path, target: list[str] | None, machine_rank: int | N
     return arts, topo
 
 
-def rehearse(arts, topo, target: list[str] | None, report: Report, quiet_stdout: bool) -> None:
+def rehearse(arts: Artefacts, topo, target: list[str] | None, report: Report, quiet_stdout: bool) -> None:
     from ..launch import launch, script_entry, worker_entry
     from .analyse import analyse, read_facts
     from .observer import DIR_ENV, STEPS_ENV

@@ -12,8 +12,8 @@ Life cycle in one rank of `tuner run` (the trainer's order)::
     fam = get_family(settings.model.family)(ctx)
     model = fam.build_model()                       # same seed on every rank
     fam.prepare_model(model)                        # gradient checkpointing, LoRA, dtype
-    train_ds, val_ds = fam.build_datasets()
-    loader = DataLoader(train_ds, collate_fn=fam.collate, ...)
+    data = data_sources.driver.rank_data(fam)       # file -> batch, through the hooks below
+    loader = DataLoader(data.train, collate_fn=data.collate, ...)
     ... accelerator.prepare(model, optimizer, loader, scheduler) ...
     loss = fam.loss(model, batch)                   # model is the prepared (wrapped) model
     metrics = fam.evaluate(model, val_loader, accelerator)
@@ -21,6 +21,14 @@ Life cycle in one rank of `tuner run` (the trainer's order)::
 
 `tuner checkpoint export` builds the family from a checkpoint's manifest and calls only
 `export`, so `export` must not need a trained model object.
+
+The data path is runtime/data_sources/'s (`driver.py`): reading, formats, templates, packing,
+streaming, tokenising, collation, batch sampling. A family answers its data hooks only:
+`data_recipe` (`recipes.py`: a language model's tokenizer and packing, an embedding model's
+tokenizer, a diffusion model's bucket multiple and caption tokenizer) and `prepare_examples`
+(rows to the family's own examples where they need its models: diffusion's latent cache).
+Every optional method is declared here with its default, so the trainer and the commands
+call it without looking it up.
 
 Rules for implementers:
 
@@ -31,52 +39,25 @@ Rules for implementers:
 * `loss` receives the wrapped model (DDP, FSDP, DeepSpeed engine); call it, do not reach
   into ``.module``. Return a scalar tensor averaged over the batch's own units (tokens,
   pairs, images); the trainer does the averaging across ranks and accumulation steps.
-* `collate` must produce tensors only (accelerate moves them to the device).
 * `batch_units` says how many tokens (or samples) a batch holds, for throughput.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch is imported by the runtime, never by the compiler
     import torch
-    from torch.utils.data import Dataset
 
     from ...compiler.keys.settings import Settings
+    from .recipes import DataRecipe
 
 
 class FamilyError(Exception):
     """A problem the user can fix (bad model path, unreadable data): printed without a traceback."""
-
-
-def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line of a JSONL data file.
-
-    Every problem is a `FamilyError` naming the file (and line): missing file, bad JSON,
-    a line that is not an object.
-    """
-    import json
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FamilyError(f"data file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FamilyError(f"cannot read {path}: {exc}") from None
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise FamilyError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
-        if not isinstance(item, dict):
-            raise FamilyError(f"{path}:{n}: each line must be a JSON object")
-        yield n, item
 
 
 @dataclass
@@ -106,10 +87,15 @@ class Family:
     name: str = ""
     #: Unit counted by `batch_units` (shown as "<unit>/s" in the progress bar).
     unit: str = "samples"
+    #: Whether `export_streamed` writes an export shard by shard (else `export` gets the full state).
+    streams_export: bool = False
 
     def __init__(self, ctx: FamilyContext) -> None:
         self.ctx = ctx
         self.settings = ctx.settings
+        #: This rank's streamed training rows (`data_sources.stream.StreamRows`) when the data
+        #: is streamed (the driver sets it): its position is saved with every checkpoint.
+        self.stream: Any = None
 
     # -- model ----------------------------------------------------------------------
     def build_model(self, meta: bool = False) -> torch.nn.Module:
@@ -134,29 +120,26 @@ class Family:
         """Parameters the optimizer updates (default: every parameter that requires grad)."""
         return [p for p in model.parameters() if p.requires_grad]
 
-    # -- data -----------------------------------------------------------------------
-    def build_datasets(self) -> tuple[Dataset, Dataset | None]:
-        """(train, validation) map-style datasets; validation may be None. Must give the same
-        result on every rank (the trainer's sampler shards them)."""
+    # -- data (runtime/data_sources/driver.py drives; these are the family's answers) ---------
+    def data_recipe(self) -> DataRecipe:
+        """What the data driver needs from this family (`recipes.py`): a language model's
+        tokenizer and packing, an embedding model's tokenizer, a diffusion model's bucket
+        multiple and caption tokenizer."""
         raise NotImplementedError
 
-    def collate(self, samples: list[Any]) -> dict[str, torch.Tensor]:
-        """Turn a list of dataset items into a batch of tensors."""
-        import torch.utils.data
-
-        return torch.utils.data.default_collate(samples)
-
-    def batch_sampler(self, ds: Dataset, training: Any, world: int, shuffle: bool) -> Any:
-        """A batch sampler over `ds` (`training`: the ``[training]`` settings), all ranks
-        together (accelerate gives micro-batch ``i`` to rank ``i % world``), with
-        ``batch_size``, ``drop_last`` and ``len``; None (the default) lets the trainer batch
-        `ds` itself. ``shuffle`` is False for validation."""
-        return None
+    def prepare_examples(self, train: Any, val: Any | None) -> None:
+        """After the driver built the datasets, on every rank: turn rows into the family's
+        own examples where they need its models (a diffusion model encodes latents and
+        caption embeddings into its cache). Default: nothing."""
 
     def batch_units(self, batch: dict[str, torch.Tensor]) -> int:
         """How many `unit`s a batch holds (tokens for language models)."""
         first = next(iter(batch.values()))
         return int(first.shape[0])
+
+    def step_metrics(self) -> dict[str, float]:
+        """Metrics of the batches since the last call, logged with each step (default: none)."""
+        return {}
 
     # -- optimisation ---------------------------------------------------------------
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -185,6 +168,12 @@ class Family:
         model `build_model` returns (after `prepare_model`), as CPU tensors. Rank 0 only."""
         raise NotImplementedError
 
+    def export_streamed(self, source: Any, out_dir: Path, max_shard_size: Any) -> bool:
+        """`export`'s files written shard by shard from a checkpoint's `Source` (never the
+        whole model in memory); False when it cannot this time, and `export` runs. Called only
+        when `streams_export` is True."""
+        return False
+
     # -- run hooks (optional; all no-ops by default) -----------------------------------
     # Called by the trainer on EVERY rank, so a hook may use collectives.
     def on_prepared(self, model: torch.nn.Module, accelerator: Any) -> None:
@@ -194,10 +183,16 @@ class Family:
         """After each optimizer step (``step`` is the new step count), e.g. an EMA update."""
 
     def save_state(self, folder: Path, accelerator: Any) -> None:
-        """Add family state (e.g. EMA) to a checkpoint folder being written (before it is published)."""
+        """Add family state (e.g. EMA) to a checkpoint folder being written (before it is
+        published). The default saves a stream's position (``data_stream_rank<R>.json``)."""
+        if self.stream is not None:
+            self.stream.save(folder)
 
     def load_state(self, folder: Path, accelerator: Any) -> None:
         """Restore what `save_state` wrote, after ``accelerator.load_state`` on resume."""
+        if self.stream is not None and not self.stream.load(folder):
+            raise FamilyError(f"{folder} holds no stream position for rank {self.ctx.rank} (data_stream_rank"
+                              f"{self.ctx.rank}.json); resume a streamed run from a checkpoint it wrote")
 
     def on_train_end(self, model: torch.nn.Module, accelerator: Any) -> None:
         """After the last step, before `export` (e.g. gather EMA weights for export)."""

@@ -4,8 +4,9 @@ Model: ``model.path`` is a local directory (``AutoModelForCausalLM.from_pretrain
 ``builtin`` / ``builtin:NAME`` for a tiny configuration built locally (see `BUILTIN`).
 Data: any local source Hugging Face `datasets` reads, in chat, instruction or raw-text format,
 tokenised once (cached), loss-masked and packed with per-document position ids: see
-runtime/data_sources/ (``builtin`` is the bundled corpus). Validation is
-``data.validation_path`` or the last ``data.validation_split`` of the rows.
+runtime/data_sources/, which builds them from the tokenizer and packing `data_recipe` gives
+(``builtin`` is the bundled corpus). Validation is ``data.validation_path`` or the last
+``data.validation_split`` of the rows.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from ...compiler.read import builtin_models
 from .base import Family, FamilyContext, FamilyError
 from .lora import apply_lora, quantization_kwargs
+from .recipes import TextData
 
 #: The Llama config fields a built-in (compiler/read/builtin_models.py, the one registry) gives its
 #: shape by; the rest (vocabulary, special tokens) comes from the bundled tokenizer.
@@ -59,42 +61,15 @@ def _items_per_rank(labels):
     return n.clamp(min=1)
 
 
-class RowsDataset:
-    """Map-style training rows (a `datasets.Dataset` of packed or padded rows)."""
-
-    def __init__(self, rows: Any, packed: bool) -> None:
-        self.ds, self.packed = rows, packed
-
-    def __len__(self) -> int:
-        return len(self.ds)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.ds[int(i)]
-
-    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
-        """A micro-batch's rows in one read of the Arrow table (torch's DataLoader asks for
-        them this way when the method exists), not one read per row."""
-        return self.ds.__getitems__([int(i) for i in indices])
-
-    @property
-    def rows(self):
-        """The input ids of every row as one 2-D tensor (packed rows all have seq_len tokens)."""
-        import torch
-
-        return torch.tensor(self.ds["input_ids"], dtype=torch.long)
-
-
 class CausalLMFamily(Family):
     name = "causal_lm"
     unit = "tok"
+    streams_export = True
 
     def __init__(self, ctx: FamilyContext) -> None:
         super().__init__(ctx)
         self._tokenizer = None
         self._units = [0, 0, 0]
-        self.data_stats: dict[str, Any] = {}
-        self.packed_rows: bool | None = None
-        self.train_rows_stream = None
 
     # -- model ----------------------------------------------------------------------
     def _model_dir(self) -> Path | None:
@@ -153,72 +128,16 @@ class CausalLMFamily(Family):
     def _lora(self, model):
         return apply_lora(model, self.settings.model, ["q_proj", "v_proj"], task_type="CAUSAL_LM")
 
-    # -- data (runtime/data_sources/) ------------------------------------------------------
-    def data_tokenizer(self):
-        """The tokenizer, with ``data.chat_template`` set on it when given."""
-        from ..data_sources.chat import load_template
-
-        tok = self.tokenizer()
-        template = load_template(self.settings.data.chat_template, self.ctx.base_dir)
-        if template and tok.chat_template != template:
-            tok.chat_template = template
-        return tok
-
-    def pipeline(self):
-        from ..data_sources.causal import Pipeline
-
-        return Pipeline(self.data_tokenizer(), self.settings.data, self.ctx.base_dir, bundled_dir() / "corpus.jsonl")
-
-    def _packed(self) -> bool:
-        """Packed rows rely on transformers' packed-sequence masks (position ids, no attention
-        mask); other attention implementations get padded batches."""
-        if not self.settings.data.packing:
-            return False
-        impl = getattr(self.config(), "_attn_implementation", None) or "sdpa"
-        return impl in PACKED_ATTENTION
-
-    def build_datasets(self):
-        from ..data_sources.causal import main_process_first
-
-        pipe = self.pipeline()
-        pipe.packed = self._packed()
-        self.data_stats = {}
-        with main_process_first():
-            train, stats = pipe.build("train")
-            val = None
-            if self.settings.data.validation_path:
-                val, _ = pipe.build("validation")
-            elif not self.settings.data.streaming:
-                train, val = pipe.split_validation(train, stats)
-        self.data_stats = stats.to_dict()
-        self.packed_rows = pipe.packed
-        if self.settings.data.streaming:
-            src, ds = train
-            train = self.train_rows_stream = self._stream(pipe, src, ds, stats.format)
-        else:
-            train = RowsDataset(train, pipe.packed)
-        return train, (RowsDataset(val, pipe.packed) if val is not None and len(val) else None)
-
-    def check_data(self) -> str:
-        """Before any rank starts (`tuner run`'s launcher): open, check, tokenise into the cache."""
-        from ..data_sources.check import check_causal
-
-        return check_causal(self)
-
-    def _stream(self, pipe, src, ds, fmt: str):
-        from ..data_sources.encode import Encoder
-        from ..data_sources.stream import StreamRows
-
-        enc = Encoder(pipe.tok, fmt, self.settings.data, src.where())
-        return StreamRows(ds, enc, lambda: pipe.stream_packer(fmt), self.ctx.rank, self.ctx.world_size, self.ctx.seed)
-
-    def collate(self, samples):
-        from ..data_sources.causal import pad_id
-        from ..data_sources.packing import collate_rows
-
-        if self.packed_rows is None:
-            self.packed_rows = self._packed()
-        return collate_rows(samples, pad_id(self.tokenizer()), packed=self.packed_rows)
+    # -- data (runtime/data_sources/driver.py builds the rows and batches) ----------------
+    def data_recipe(self) -> TextData:
+        """The tokenizer, and packed rows when the attention follows packed position ids
+        (transformers' packed-sequence masks, no attention mask); other attention
+        implementations get padded batches."""
+        packed = bool(self.settings.data.packing)
+        if packed:
+            impl = getattr(self.config(), "_attn_implementation", None) or "sdpa"
+            packed = impl in PACKED_ATTENTION
+        return TextData(tokenizer=self.tokenizer(), packed=packed)
 
     def batch_units(self, batch) -> int:
         real = int(batch["n_real"]) if "n_real" in batch else int(batch["input_ids"].numel())  # an int: no sync
@@ -236,15 +155,6 @@ class CausalLMFamily(Family):
             return {}
         steps = max(1.0, micro / self.settings.training.gradient_accumulation_steps)
         return {"tokens_per_step": real * self.ctx.world_size / steps, "padding_ratio": 1 - real / total}
-
-    def save_state(self, folder, accelerator) -> None:
-        if self.train_rows_stream is not None:
-            self.train_rows_stream.save(folder)
-
-    def load_state(self, folder, accelerator) -> None:
-        if self.train_rows_stream is not None and not self.train_rows_stream.load(folder):
-            raise FamilyError(f"{folder} holds no stream position for rank {self.ctx.rank} (data_stream_rank"
-                              f"{self.ctx.rank}.json); resume a streamed run from a checkpoint it wrote")
 
     # -- optimisation ---------------------------------------------------------------
     def loss(self, model, batch):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import harness
 from tests.launch.launch_helpers import compile_build, env, write_settings  # noqa: F401 - re-exported
 
 HERE = Path(__file__).resolve().parent
@@ -33,7 +34,7 @@ def check_cmd(*args: str) -> list[str]:
 
 def check(*args: str, cwd: Path, timeout: float = 600, extra_env: dict | None = None) -> tuple[int, dict, str]:
     """(exit code, JSON report or {}, stderr)."""
-    p = subprocess.run(check_cmd(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env(extra_env))
+    p = harness.tuner("check", "--json", *args, cwd=cwd, timeout=timeout, env=extra_env)
     try:
         report = json.loads(p.stdout) if p.stdout.strip() else {}
     except ValueError:
@@ -42,8 +43,7 @@ def check(*args: str, cwd: Path, timeout: float = 600, extra_env: dict | None = 
 
 
 def start(*args: str, cwd: Path, extra_env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen(check_cmd(*args), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env(extra_env))
+    return harness.start("check", "--json", *args, cwd=cwd, env=extra_env)
 
 
 def finish(p: subprocess.Popen, timeout: float = 120) -> tuple[int, dict, str]:

@@ -1,4 +1,4 @@
-"""The compile-time silent faults (compiler/plan/known_faults.py), in process: each is named
+"""The compile-time silent faults (compiler/review/known_faults.py), in process: each is named
 by the compiler with its cause, the key to change and the thread it comes from; a warning
 reaches `tuner check` through the manifest (`known-faults`, exit 1), an error stops the
 compile (exit 1, `tuner check SETTINGS.toml` compiles first). The same settings without the
@@ -10,11 +10,11 @@ import dataclasses
 import json
 
 from check_helpers import check, write_settings
-
-from tuner.compiler import compile_inputs
-from tuner.compiler.plan.known_faults import KNOWN
-from tuner.compiler.read.inputs import gather
+from tuner.compiler.compile import compile_inputs
+from tuner.compiler.gather import gather
 from tuner.compiler.read.source import parse_settings_text
+from tuner.compiler.review.known_faults import KNOWN
+
 from tests.runtime.runtime_helpers import to_toml
 
 FSDP2 = {"fsdp": {"enabled": True, "version": 2, "auto_wrap_policy": "none"}}

@@ -17,6 +17,8 @@ import time
 import pytest
 from check_helpers import CPU2, check, compile_build, faults, finish, free_port, start, two_machines
 
+from tests import harness
+
 SCRIPT_BODY = "print('train')\n"
 
 
@@ -259,8 +261,7 @@ def test_two_machines_build_missing_on_machine_1(tmp_path):
 
 
 def test_bad_input_exit_2(tmp_path, build):
-    p = subprocess.run([sys.executable, "-m", "tuner", "check", "--skip", "no-such-check", str(build)], cwd=tmp_path,
-                       capture_output=True, text=True)
+    p = harness.tuner('check', '--skip', 'no-such-check', str(build), cwd=tmp_path)
     assert p.returncode == 2 and "unknown check" in p.stderr and "Traceback" not in p.stderr
 
 

@@ -19,6 +19,7 @@ import json
 import pytest
 from check_helpers import CPU2, FAULTS, check, compile_build, faults
 
+from tests import harness
 from tests.launch.launch_helpers import HERE as LAUNCH_TESTS
 
 pytestmark = pytest.mark.slow
@@ -151,16 +152,12 @@ def test_tuners_own_trainer_on_the_fsdp2_example(tmp_path):
     first warmup step at lr 0 is no false alarm for params-change); nothing is written into
     the run's output directory."""
     import shutil
-    import subprocess
-    import sys
 
-    from check_helpers import env
 
     from tests.conftest import EXAMPLES
 
     shutil.copy(EXAMPLES / "fsdp2.toml", tmp_path / "fsdp2.toml")
-    c = subprocess.run([sys.executable, "-m", "tuner", "compile", str(tmp_path / "fsdp2.toml"), "-q"],
-                       capture_output=True, text=True, env=env(), timeout=120)
+    c = harness.tuner('compile', str(tmp_path / 'fsdp2.toml'), '-q', timeout=120)
     assert c.returncode == 0, c.stderr
     rc, report, err = check(str(tmp_path / "build"), cwd=tmp_path)
     assert rc == 0, (report.get("faults"), err[-3000:])

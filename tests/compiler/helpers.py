@@ -1,12 +1,12 @@
 """Loading compiled artefacts with the real accelerate and DeepSpeed parsers.
 
-The functions live in `tuner.compiler.artefacts.verify`, which `tuner compile --verify` runs: the tests
+The functions live in `tuner.runtime.verify`, which `tuner compile --verify` runs: the tests
 and the command judge builds with the same code.
 """
 
 from __future__ import annotations
 
-from tuner.compiler.artefacts.verify import (
+from tuner.runtime.verify import (
     accelerate_filled,
     accelerate_launch_env,
     init_deepspeed_comm,

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tuner.compiler.artefacts.verify import _environ, fill_auto_as_accelerate, ports_free, pretend_cuda
+from tuner.runtime.verify import _environ, fill_auto_as_accelerate, ports_free, pretend_cuda
 
 from tests.compiler.helpers import parse_deepspeed
 
@@ -153,7 +153,7 @@ def deepspeed_effective(config: dict[str, Any], world: int) -> dict[str, Any]:
 def import_and_compile(source: Path, tmp_path: Path) -> str:
     """`tuner import` of `source`, then the settings written to tmp_path/settings.toml compiled
     and written to tmp_path/build (asserted ok); returns the imported settings text."""
-    from tuner.compiler import compile_text
+    from tuner.compiler.compile import compile_text
     from tuner.compiler.formats.importer import import_files, to_toml
 
     text = to_toml(import_files([source]))

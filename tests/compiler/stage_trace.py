@@ -5,7 +5,7 @@ A stage is a group of compiler modules (`STAGES`); every other compiler module i
 that made them, and so are the methods of the values the stages hand on: the accessors of
 the gathered inputs (`CompileInputs.read`, `.model`, `.disk`, `FileRead.text`: they look up
 what `gather` read, they read nothing), the plan's and the frozen settings'.
-`compiler/__init__.py` is the driver that calls the stages in turn.
+`compiler/compile.py` is the driver that calls the stages in turn.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ COMPILER = Path(tuner.compiler.__file__).parent
 
 #: Stage -> its modules (file stems anywhere under compiler/), in pipeline order.
 STAGES: dict[str, tuple[str, ...]] = {
-    "gather": ("inputs",),
+    "gather": ("gather",),
     "normalise": ("normalise",),
     "rules": ("rules", "rules_runtime", "deepspeed_config", "deepspeed_offload", "deepspeed_rules"),
     "facts": ("model_facts",),

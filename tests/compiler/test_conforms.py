@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
-from tuner.compiler import compile_text
 from tuner.compiler.canonical.conforms import conforms
+from tuner.compiler.compile import compile_text
 from tuner.compiler.keys.schema import index
 
 ZOO: list[Any] = [

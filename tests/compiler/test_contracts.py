@@ -9,7 +9,7 @@ import typing
 
 import pytest
 from jsonschema import Draft202012Validator
-from tuner.compiler import compile_file, compile_text
+from tuner.compiler.compile import compile_file, compile_text
 from tuner.compiler.keys.schema import index, load_schema
 from tuner.compiler.keys.settings import Settings
 

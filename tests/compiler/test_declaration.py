@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from tuner.compiler import compile_file
+from tuner.compiler.compile import compile_file
 from tuner.compiler.formats import accelerate as accelerate_format
 from tuner.compiler.keys.schema import accelerate_names, index
 
@@ -80,13 +80,14 @@ def test_no_accelerate_key_name_is_typed_outside_the_declaration():
     import ast
 
     from tests.conftest import REPO
+    from tests.packages import PACKAGE_FOLDERS
 
     infos = index().keys.values()
     names = {n.rpartition(".")[2] for info in infos for n in info.setting.accelerate}
     distinctive = names - {info.name for info in infos}
     assert "fsdp_version" in distinctive and "parallelism_config_cp_size" in distinctive
     found = {}
-    for package in ("compiler", "runtime", "tui", "tuner"):
+    for package in PACKAGE_FOLDERS:
         for path in sorted((REPO / package).rglob("*.py")):
             rel = path.relative_to(REPO).as_posix()
             if rel.startswith(("compiler/keys/sections/", "compiler/formats/")):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from tuner.compiler.compile import compile_file
 
 from tests.compiler.helpers import accelerate_launch_env, load_accelerate, parse_deepspeed, verify_build
 from tests.conftest import EXAMPLES
-from tuner.compiler import compile_file
 
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.toml"))
 

@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_inputs, gather
+from tuner.compiler.compile import compile_inputs
+from tuner.compiler.gather import gather
 from tuner.compiler.read.hardware import HardwareFacts
 from tuner.compiler.read.source import read_settings
 

@@ -9,15 +9,14 @@ complete (9). Item 1 is tests/compiler/test_offload_plain_script.py.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.formats.importer import ImportRefused, import_files, to_toml
 
+from tests import harness
 from tests.compiler.helpers import parse_deepspeed
 from tests.compiler.interop import import_and_compile, launch_view
 from tests.compiler.test_peer_configs import equivalence_problems
@@ -74,8 +73,7 @@ def test_multi_process_yaml_without_num_processes_is_refused_naming_the_key(dtyp
     with pytest.raises(ImportRefused, match="no num_processes.*add `num_processes: N`"):
         import_files([source])
     out = tmp_path / "settings.toml"
-    r = subprocess.run([sys.executable, "-m", "tuner", "import", str(source), "-o", str(out)],
-                       capture_output=True, text=True)
+    r = harness.tuner('import', str(source), '-o', str(out))
     assert r.returncode == 1 and "num_processes" in r.stderr and "Traceback" not in r.stderr
     assert not out.exists()
     source.write_text(source.read_text() + "num_processes: 4\n")
@@ -189,8 +187,7 @@ def test_tuner_run_refuses_an_optimizer_whose_package_is_missing(tmp_path):
     settings = tmp_path / "settings.toml"
     settings.write_text("[hardware]\nplatform = 'cpu'\n[training]\noptimizer = 'prodigy'\nmax_steps = 1\n"
                         f"[output]\ndir = '{tmp_path / 'out'}'\n")
-    r = subprocess.run([sys.executable, "-m", "tuner", "run", str(settings)], capture_output=True, text=True,
-                       timeout=600)
+    r = harness.tuner('run', str(settings), timeout=600)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "pip install prodigyopt" in r.stderr and "Traceback" not in r.stderr
 

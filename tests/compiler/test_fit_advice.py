@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.memory.estimate import for_result
 from tuner.tui.estimate_view import proposal
 
-LLAMA2_7B = {  # Llama-2-7B's config.json (shapes only), as tests/tui/test_defects.py has it
+LLAMA2_7B = {  # Llama-2-7B's config.json (shapes only), as tests/tui/test_wizard_behaviours.py has it
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000,
     "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "torch_dtype": "float16",

@@ -8,7 +8,7 @@ import tomllib
 import tomlkit
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.keys.schema import index
 
 IDX = index()

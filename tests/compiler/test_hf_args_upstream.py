@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from transformers import HfArgumentParser, TrainingArguments
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.diagnostics import EXIT_INVALID
 from tuner.compiler.formats.importer import ImportRefused, import_files, to_toml
 

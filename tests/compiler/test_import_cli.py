@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
+from tuner.compiler.compile import compile_file
+
 from tests.conftest import PEER_CONFIGS, run_tuner
-from tuner.compiler import compile_file
 
 
 def test_simpletuner_flat_json_imports_and_compiles(tmp_path):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.formats import detect, swift_deepspeed
 from tuner.compiler.formats.importer import ImportRefused, import_files, to_toml
 

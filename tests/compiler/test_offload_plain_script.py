@@ -15,7 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tuner.compiler import compile_text
+import pytest
+
+from tuner.compiler.compile import compile_text
 
 from tests.compiler.helpers import accelerate_launch_env
 
@@ -42,6 +44,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # starts a rank process (tests/tiers.py)
 def test_torch_adamw_script_steps_with_a_zero2_offload_build_that_names_no_optimizer(tmp_path):
     settings = tmp_path / "settings.toml"
     settings.write_text(SETTINGS)
@@ -51,6 +54,9 @@ def test_torch_adamw_script_steps_with_a_zero2_offload_build_that_names_no_optim
     ds = json.loads((tmp_path / "build" / "deepspeed.json").read_text())
     assert ds["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     assert "optimizer" not in ds and "scheduler" not in ds
+    from tests.ops_wait import wait_for_ops
+
+    wait_for_ops()
     env = accelerate_launch_env(tmp_path / "build" / "accelerate.yaml")
     env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import field, make_dataclass
+from typing import Literal
 
 import pytest
 import yaml
 from jsonschema import Draft202012Validator
 from tuner.compiler.artefacts.emit import declared_values, render_yaml
-from tuner.compiler.canonical import spellings
 from tuner.compiler.canonical.normalise import normalise
 from tuner.compiler.diagnostics import Diagnostics
+from tuner.compiler.keys import spellings
 from tuner.compiler.keys.declare import sections, setting
 from tuner.compiler.keys.schema import accelerate_names, index_of
 from tuner.compiler.keys.schema_gen import input_schema, settings_schema
@@ -25,13 +26,13 @@ def declaration(ranks: str, offload: str) -> type:
     """Two sections of four keys; `ranks` and `offload` name two of them."""
     hardware = make_dataclass("TinyHardware", [
         (ranks, int, setting(1, "Ranks.", aliases=("num_ranks",), minimum=1, accelerate=("num_processes",), order=0)),
-        ("precision", str, setting("no", "Precision.", choices=("no", "bf16"), spellings=spellings.precision,
+        ("precision", Literal["no", "bf16"], setting("no", "Precision.", spellings=spellings.precision,
                                    accelerate=("mixed_precision",), order=1)),
         ("layers", list[str], setting([], "Layers.")),
     ], namespace={"title": "Hardware", "step": "hardware"})
     fsdp = make_dataclass("TinyFsdp", [
         (offload, bool, setting(False, "Offload.", accelerate=("fsdp_config.fsdp_offload_params",))),
-        ("state", str, setting("sharded", "State dict.", choices=("sharded", "full"), spellings=spellings.STATE_DICT,
+        ("state", Literal["sharded", "full"], setting("sharded", "State dict.", spellings=spellings.STATE_DICT,
                                accelerate=("fsdp_config.fsdp_state_dict_type",),
                                accelerate_values={"sharded": "SHARDED_STATE_DICT", "full": "FULL_STATE_DICT"},
                                step="checkpoints", order=0)),

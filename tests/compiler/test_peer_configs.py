@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tuner.compiler import compile_text
 from tuner.compiler.artefacts.emit import DECIDED_KEYS, DS_KEYS_FORBIDDEN_WITH_FILE
+from tuner.compiler.compile import compile_text
 from tuner.compiler.formats.importer import ImportError_, ImportRefused, import_files, to_toml
 
 from tests.compiler.helpers import load_accelerate
@@ -251,9 +251,9 @@ AXOLOTL = sorted((PEER_CONFIGS / "axolotl/fsdp_examples").glob("*.y*ml"))
 @pytest.mark.parametrize("path", AXOLOTL, ids=_ids(AXOLOTL))
 def test_axolotl_training_configs_import_to_what_axolotl_launches(path, tmp_path, monkeypatch):
     """axolotl's training YAMLs (issue 23 item 13): imported, and judged the way
-    tests/compiler/test_peer2_configs.py judges axolotl files (the FSDP_* environment axolotl
+    tests/compiler/test_peer_trainer_configs.py judges axolotl files (the FSDP_* environment axolotl
     writes, the plugin accelerate builds in it, the training values)."""
-    from tests.compiler import test_peer2_configs as peer2
+    from tests.compiler import test_peer_trainer_configs as peer2
 
     monkeypatch.setenv("TUNER_PLATFORM", "cpu")
     cfg = yaml.safe_load(path.read_text())

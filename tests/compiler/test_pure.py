@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 from tuner.commands.cli import main
-from tuner.compiler import compile_file, compile_inputs, compile_text, gather
+from tuner.compiler.compile import compile_file, compile_inputs, compile_text
+from tuner.compiler.gather import gather
 from tuner.compiler.read.hardware import FACTS_ENV, GpuInfo, HardwareFacts
 from tuner.compiler.read.source import read_settings
 
@@ -87,7 +88,8 @@ AUDIT = textwrap.dedent('''
         if not m.name.endswith(".verify"):  # the --verify subprocess (imports accelerate)
             importlib.import_module(m.name)
     import yaml  # noqa: F401 - the YAML parser, imported lazily by files.parse_yaml
-    from tuner.compiler import compile_inputs, compile_text, gather
+    from tuner.compiler.compile import compile_inputs, compile_text
+    from tuner.compiler.gather import gather
     from tuner.compiler.read.hardware import GpuInfo, HardwareFacts
     from tuner.compiler.read.source import read_settings
 
@@ -153,14 +155,16 @@ AUDIT = textwrap.dedent('''
     # The wizard's edit path: an edit re-compiles the text; only its gather stage may read.
     from tuner.tui.model import WizardState
 
-    real_gather = C.gather
+    import tuner.compiler.compile as driver
+
+    real_gather = driver.gather
     def gathering(*a, **k):
         mode["gathering"] += 1
         try:
             return real_gather(*a, **k)
         finally:
             mode["gathering"] -= 1
-    C.gather = gathering  # compile_source's gather
+    driver.gather = gathering  # compile_source's gather
     state = WizardState(Path(sys.argv[1]), Path(sys.argv[1]).read_text())
     state.set("training.micro_batch_size", 3)  # the first edit imports what editing needs
     seen[:], in_gather[:] = [], []

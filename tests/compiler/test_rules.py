@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 
 
 def compile_(text: str, *overrides: str, tmp_path=None):

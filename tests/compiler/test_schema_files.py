@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import tomlkit
 from jsonschema import Draft202012Validator
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.keys import schema_gen
 from tuner.compiler.keys.schema import index
 

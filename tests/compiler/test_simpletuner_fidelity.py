@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.formats.base import load
 from tuner.compiler.formats.importer import ImportRefused, import_files, to_toml
 

@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_file
+from tuner.compiler.compile import compile_file
 
+from tests import harness
 from tests.compiler.helpers import accelerate_launch_env
 from tests.conftest import EXAMPLES
 from tests.debian import require_package
@@ -59,6 +60,9 @@ def _free_port() -> int:
 def _plain_script(project: Path, name: str, *args: str) -> subprocess.CompletedProcess:
     """The plain script as one CPU process, in the environment accelerate's launcher derives
     from the build's accelerate.yaml, started from the project root."""
+    from tests.ops_wait import wait_for_ops
+
+    wait_for_ops(nvme="nvme" in name)
     env = accelerate_launch_env(project / f"{name}-1proc-build" / "accelerate.yaml")
     env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1",
@@ -77,6 +81,7 @@ def test_deepspeed_examples_are_the_ones_expected(project):
     assert _deepspeed_examples(project) == ["diffusion_dit", "zero1", "zero2_offload", "zero3_nvme"]
 
 
+@pytest.mark.slow  # starts a rank process (tests/tiers.py)
 @pytest.mark.parametrize("name", ["diffusion_dit", "zero1", "zero2_offload", "zero3_nvme"])
 def test_plain_accelerate_script_prepares_with_the_compiled_deepspeed_json(project, name):
     ds = json.loads((project / f"{name}-1proc-build" / "deepspeed.json").read_text())
@@ -96,6 +101,7 @@ def test_plain_accelerate_script_prepares_with_the_compiled_deepspeed_json(proje
         assert out["optimizer"] == "AdamW"  # the script's own torch optimizer
 
 
+@pytest.mark.slow  # starts a rank process (tests/tiers.py)
 def test_accelerate_refuses_a_torch_optimizer_beside_an_optimizer_block(project):
     """The check the artefacts used to trip on every plain script, still live in accelerate:
     zero1's torch optimizer passes it (test above); it fires where the JSON names an optimizer."""
@@ -108,12 +114,11 @@ def test_compile_verify_accepts_every_example(project):
     """The packages' own verdict on every example (one subprocess for all of them), and the
     `tuner compile --verify` command itself on one."""
     builds = [str(project / f"{n}-build") for n in EXAMPLE_NAMES]  # at each example's own world size
-    r = subprocess.run([sys.executable, "-m", "tuner.compiler.artefacts.verify", *builds], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "tuner.runtime.verify", *builds], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert r.stdout.count("verify: accelerate") == len(builds)
-    cli = subprocess.run([sys.executable, "-m", "tuner", "compile", str(project / "zero3_nvme.toml"), "-q",
-                          "--out", str(project / "cli-build"), "--verify"], capture_output=True, text=True, timeout=300)
+    cli = harness.tuner('compile', str(project / 'zero3_nvme.toml'), '-q', '--out', str(project / 'cli-build'), '--verify', timeout=300)
     assert cli.returncode == 0, cli.stdout + cli.stderr
     assert "verify: accelerate and DeepSpeed accept the build" in cli.stdout
 
@@ -126,7 +131,7 @@ def test_verify_reports_the_packages_refusal(project, tmp_path):
     yaml_path = tmp_path / "zero1-build" / "accelerate.yaml"
     yaml_path.write_text(yaml_path.read_text().replace("deepspeed_config:\n",
                                                        "deepspeed_config:\n  gradient_accumulation_steps: 2\n"))
-    r = subprocess.run([sys.executable, "-m", "tuner.compiler.artefacts.verify", str(tmp_path / "zero1-build")],
+    r = subprocess.run([sys.executable, "-m", "tuner.runtime.verify", str(tmp_path / "zero1-build")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "DeepSpeedPlugin" in r.stdout and "deepspeed_config_file" in r.stdout

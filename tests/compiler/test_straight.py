@@ -10,11 +10,12 @@ import dataclasses
 import json
 
 import pytest
-from tuner.compiler import compile_inputs, compile_source, compile_text, gather
-from tuner.compiler.artefacts import deepspeed_config
 from tuner.compiler.canonical.normalise import normalise
+from tuner.compiler.compile import compile_inputs, compile_source, compile_text
 from tuner.compiler.diagnostics import Diagnostics
+from tuner.compiler.gather import gather
 from tuner.compiler.keys.settings import Settings
+from tuner.compiler.plan import deepspeed_config
 from tuner.compiler.plan.rules import check
 from tuner.compiler.read.hardware import FACTS_ENV, HardwareFacts
 from tuner.compiler.read.platform_probe import detect_platform
@@ -47,7 +48,7 @@ def test_a_compile_enters_each_stage_once_top_down(tmp_path):
     # The only call into an earlier stage: normalise asks gather's reader for the DeepSpeed
     # config it names (inside gather, which runs the normalise stage once).
     up = [(a, b, f) for a, b, f in t.entries if a in ORDER and ORDER.index(b) < ORDER.index(a)]
-    assert up == [("normalise", "gather", "inputs.gather.<locals>.read")], t.entries
+    assert up == [("normalise", "gather", "gather.gather.<locals>.read")], t.entries
     straight = [(a, b, f) for a, b, f in t.entries if (a, b, f) not in up]
     assert [b for i, (_, b, _) in enumerate(straight) if i == 0 or straight[i - 1][1] != b] == ORDER, straight
     assert t.calls["normalise.normalise"] == 1 and t.calls["rules.check"] == 1 and t.calls["rules._plan"] == 1
@@ -65,9 +66,9 @@ def test_rules_return_a_frozen_plan_and_settings_and_change_nothing(tmp_path):
     with pytest.raises(dataclasses.FrozenInstanceError):
         checked.plan.strategy = "zero2"  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        checked.settings.training.micro_batch_size = 8
+        checked.settings.training.micro_batch_size = 8  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        checked.settings.training = checked.settings.training
+        checked.settings.training = checked.settings.training  # type: ignore[misc]
     with pytest.raises(TypeError):
         n.settings["fsdp"]["version"] = 1  # type: ignore[index]
     # frozen values still compare with plain ones and make new values
@@ -80,9 +81,8 @@ def test_rules_return_a_frozen_plan_and_settings_and_change_nothing(tmp_path):
 
 
 def test_the_deepspeed_build_returns_new_settings_and_leaves_its_input(tmp_path):
-    s = Settings()
-    s.deepspeed.enabled, s.deepspeed.config = True, {"zero_optimization": {"stage": 3}, "train_batch_size": 16,
-                                                     "train_micro_batch_size_per_gpu": 2}
+    s = Settings.from_dict({"deepspeed": {"enabled": True, "config": {
+        "zero_optimization": {"stage": 3}, "train_batch_size": 16, "train_micro_batch_size_per_gpu": 2}}})
     before = s.to_dict()
     _, adopted = deepspeed_config.build(s, 4, frozenset(), Diagnostics())
     assert s.to_dict() == before
@@ -109,7 +109,7 @@ def test_no_compile_path_function_reads_when_an_argument_is_left_out(tmp_path, m
     with pytest.raises(TypeError):
         check(n, Diagnostics())  # type: ignore[call-arg]
     from tuner.compiler.memory.model import model_size
-    from tuner.compiler.plan.model_facts import nvme_bytes
+    from tuner.compiler.review.model_facts import nvme_bytes
 
     result = compile_text('[model]\npath = "builtin:tiny-llama"\n', facts=CPU)
     with pytest.raises(TypeError):

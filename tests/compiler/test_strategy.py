@@ -10,11 +10,13 @@ import json
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.plan.strategy import Strategy
 
+from tests.packages import PACKAGE_FOLDERS
+
 REPO = Path(__file__).resolve().parents[2]
-PRODUCTION = ("compiler", "runtime", "tui", "tuner", "schemas")
+PRODUCTION = PACKAGE_FOLDERS
 NAMES = {s.value for s in Strategy}
 
 

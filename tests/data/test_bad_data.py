@@ -10,6 +10,7 @@ import pytest
 
 from tests.data.data_helpers import family, settings
 from tests.tiny_chat_llama import chat_rows, write_jsonl
+from tuner.runtime.data_sources.driver import check_data
 
 
 def _chat_with(bad_row: dict, n: int = 6) -> list[dict]:
@@ -62,7 +63,7 @@ def test_bad_data_is_refused_naming_file_row_and_fix(case, tmp_path, tiny_model)
     _write(tmp_path, name, content)
     fam = family(tmp_path, settings(tiny_model, path=name, **extra))
     with pytest.raises(DataError) as err:
-        fam.check_data()
+        check_data(fam)
     text = str(err.value)
     for frag in fragments:
         assert frag in text, f"{case}: {frag!r} not in {text!r}"
@@ -74,7 +75,7 @@ def test_a_hub_name_is_refused_with_the_command_that_fetches_it(tmp_path, tiny_m
 
     fam = family(tmp_path, settings(tiny_model, path="HuggingFaceH4/ultrachat_200k"))
     with pytest.raises(DataError) as err:
-        fam.check_data()
+        check_data(fam)
     text = str(err.value)
     assert "tuner downloads nothing" in text
     assert "huggingface-cli download --repo-type dataset HuggingFaceH4/ultrachat_200k" in text
@@ -87,10 +88,10 @@ def test_a_missing_file_and_a_missing_split_name_the_fix(tmp_path, tiny_model):
     from tuner.runtime.data_sources.errors import DataError
 
     with pytest.raises(DataError, match=r"data file not found: .*nothere.jsonl; fix data.path"):
-        family(tmp_path, settings(tiny_model, path="nothere.jsonl")).check_data()
+        check_data(family(tmp_path, settings(tiny_model, path="nothere.jsonl")))
     DatasetDict({"train": Dataset.from_list(chat_rows(4))}).save_to_disk(str(tmp_path / "saved"))
     with pytest.raises(DataError, match=r"no split 'test' \(it has train\); set data.split"):
-        family(tmp_path, settings(tiny_model, path="saved", split="test")).check_data()
+        check_data(family(tmp_path, settings(tiny_model, path="saved", split="test")))
 
 
 def test_tuner_run_refuses_bad_data_before_any_rank_starts(tmp_path, tiny_model):

@@ -1,14 +1,14 @@
-"""`tuner run` on 2 real gloo ranks with people's own data, one launch per source format, FSDP2
-and ZeRO-2 about half each:
+"""`tuner run` on 2 real gloo ranks with people's own data, four launches, FSDP2 and ZeRO-2:
 
 * a chat JSONL streamed under FSDP2, resumed in the middle of the streamed epoch (no row
   repeated or skipped);
 * a parquet instruction set under ZeRO-2;
-* jsonl text, jsonl chat (system prompts, multi-turn rows), jsonl prompt/completion, csv with
-  its columns mapped, and a `save_to_disk` folder's split (`test_each_format_trains_on_two_ranks`):
-  3 optimizer steps each, no checkpoint, no export, no validation.
+* jsonl chat (system prompts, multi-turn rows) under FSDP2 (`test_each_format_trains_on_two_ranks`):
+  3 optimizer steps, no checkpoint, no export, no validation. The other formats (jsonl text,
+  jsonl prompt/completion, csv with its columns mapped, a `save_to_disk` folder's split) are
+  checked with the same assertions in-process, by tests/data/test_format_rows.py.
 
-Each of these five shows the run's "data: FILE (FORMAT)" line, the rows each rank trained (the
+Each launch shows the run's "data: FILE (FORMAT)" line, the rows each rank trained (the
 batches themselves, through the row-trace callback: distinct across the ranks, every document in
 them one of the file's rows), a finite loss at every step, and the loss mask the ranks trained
 with (raw text: every token but a document's first; chat: exactly the assistant turns;
@@ -22,18 +22,18 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests import harness
+from tests.data.data_helpers import check_trained as _check_trained
 from tests.data.data_helpers import instruction_rows, source_rows, write_format
 from tests.data.row_trace import ROWS
-from tests.runtime.runtime_helpers import to_toml, tuner_env
+from tests.runtime.runtime_helpers import to_toml
 from tests.tiny_chat_llama import chat_rows
 
 pytestmark = pytest.mark.slow
@@ -41,9 +41,8 @@ pytestmark = pytest.mark.slow
 
 def _run(d: Path, settings: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     (d / "settings.toml").write_text(to_toml(settings))
-    env = tuner_env({"TUNER_TEST_ROWS_DIR": str(d / "rows"), "HF_DATASETS_CACHE": str(d.parent / "hf-cache")})
-    return subprocess.run([sys.executable, "-m", "tuner", "run", str(d / "settings.toml"), "--callback", ROWS, *args],
-                          cwd=d, capture_output=True, text=True, timeout=timeout, env=env)
+    env = {"TUNER_TEST_ROWS_DIR": str(d / "rows"), "HF_DATASETS_CACHE": str(d.parent / "hf-cache")}
+    return harness.tuner("run", str(d / "settings.toml"), "--callback", ROWS, *args, cwd=d, timeout=timeout, env=env)
 
 
 def _trace(d: Path, rank: int) -> dict:
@@ -72,7 +71,6 @@ def _settings(model: Path, data: dict, **sections) -> dict:
 
 FSDP2 = {"enabled": True, "version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}
 ZERO2 = {"enabled": True, "zero_stage": 2}
-IGNORE = -100
 
 
 @pytest.fixture(scope="module")
@@ -80,55 +78,6 @@ def tok(tiny_model):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(tiny_model))
-
-
-def _documents(traces: list[dict], pad_id: int) -> list[tuple[list[int], list[int]]]:
-    """(input ids, labels) of every document the ranks trained (or the piece of one that a row
-    holds): each row's real tokens, cut where its position ids restart at 0."""
-    docs: list[tuple[list[int], list[int]]] = []
-    for t in traces:
-        for b in t["batches"]:
-            for ids, labels, pos in zip(b["input_ids"], b["labels"], b["position_ids"], strict=True):
-                for i, lab, n in zip(ids, labels, pos, strict=True):
-                    if i == pad_id:
-                        continue
-                    if n == 0:
-                        docs.append(([], []))
-                    docs[-1][0].append(i)
-                    docs[-1][1].append(lab)
-    return docs
-
-
-def _check_trained(traces: list[dict], fmt: str, tok, rows: list[dict]) -> list[str]:
-    """Every document the ranks trained is one of `rows` read as `fmt`, and its labels are that
-    format's loss mask: raw text, every token but the first; chat, exactly the assistant turns
-    (content and end of turn); instruction, exactly the completion and end of text. The
-    documents' text."""
-    if fmt == "chat":
-        whole = {tok.apply_chat_template(r["messages"], tokenize=False) for r in rows}
-    elif fmt == "instruction":
-        whole = {r["prompt"] + r["completion"] + tok.eos_token for r in rows}
-    else:
-        whole = {r["text"] + tok.eos_token for r in rows}
-    docs = _documents(traces, tok.pad_token_id)
-    assert docs
-    texts = []
-    for ids, labels in docs:
-        text = tok.decode(ids)
-        texts.append(text)
-        assert labels[0] == IGNORE, "a document's first token is no target"
-        assert all(lab in (IGNORE, i) for i, lab in zip(ids, labels, strict=True))
-        trained = tok.decode([i for i, lab in zip(ids, labels, strict=True) if lab != IGNORE])
-        if fmt == "text":  # wrapped: a row may hold a piece of a document
-            assert any(text in w for w in whole), text
-            assert labels[1:] == ids[1:], "raw text: every token is a target"
-        elif fmt == "chat":
-            assert text in whole, text
-            assert trained == "".join(re.findall(r"<\|im_start\|>assistant\n(.*?<\|im_end\|>\n)", text, re.S)), text
-        else:
-            assert text in whole, text
-            assert trained == text.split("\nAnswer:", 1)[1], text
-    return texts
 
 
 def test_streamed_chat_under_fsdp2_resumes_mid_epoch_without_repeating_or_skipping(tmp_path, tiny_model, tok):
@@ -175,6 +124,7 @@ def test_parquet_instruction_set_under_zero2(tmp_path, tiny_model, tok):
     p = _run(tmp_path, settings)
     assert p.returncode == 0, (p.stdout + p.stderr)[-5000:]
     assert "data: qa.parquet (instruction): 60 documents packed into" in p.stdout
+    assert "tuner run: zero2 on 2 rank(s)" in p.stdout
     m = [x for x in _trace(tmp_path, 0)["metrics"] if "loss" in x]
     assert len(m) == 6
     assert m[-1]["loss"] < m[0]["loss"], [x["loss"] for x in m]
@@ -188,9 +138,13 @@ def test_parquet_instruction_set_under_zero2(tmp_path, tiny_model, tok):
 
 STEPS, MICRO = 3, 2
 #: (format, strategy, data.seq_len): the smallest round length that holds the longest document
-#: (chat 112 tokens, instruction 37; raw text wraps, so a short row).
-RUNS = [("jsonl-text", "zero2", 16), ("jsonl-chat", "fsdp2", 112), ("jsonl-instruction", "zero2", 40),
-        ("csv-mapped-instruction", "fsdp2", 40), ("save_to_disk-split", "fsdp2", 112)]
+#: (chat 112 tokens). One launch: the other formats (jsonl text, jsonl prompt/completion, csv
+#: with its columns mapped, a save_to_disk split) are read, masked and packed by the same family
+#: code before any batch reaches a rank; tests/data/test_format_rows.py checks each of them
+#: in-process with these assertions (the data line, every document one of the file's rows with
+#: its format's exact loss mask), and the ranks' side (sharding, steps, loss) does not depend
+#: on the format: this launch, and the streamed and parquet ones above, check it.
+RUNS = [("jsonl-chat", "fsdp2", 112)]
 
 
 @pytest.mark.parametrize(("kind", "strategy", "seq_len"), RUNS, ids=[f"{k}-{s}" for k, s, _ in RUNS])

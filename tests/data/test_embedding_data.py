@@ -8,7 +8,7 @@ import pytest
 
 def test_sentence_transformers_columns_from_parquet(tmp_path):
     from datasets import Dataset
-    from tuner.runtime.families.embedding.data import read_pairs
+    from tuner.runtime.data_sources.pairs import read_pairs
 
     Dataset.from_list([{"anchor": f"q{i}", "positive": f"p{i}", "negative": f"n{i}"} for i in range(5)]
                       ).to_parquet(str(tmp_path / "triplets.parquet"))
@@ -21,11 +21,10 @@ def test_sentence_transformers_columns_from_parquet(tmp_path):
 
 def test_mapped_columns_and_hard_negative_lists(tmp_path):
     from tuner.compiler.keys.settings import Settings
-    from tuner.runtime.families.embedding.data import read_pairs
+    from tuner.runtime.data_sources.pairs import read_pairs
 
     (tmp_path / "p.csv").write_text("question,answer\nwhat,that\nwho,them\n")
-    s = Settings()
-    s.data.anchor_column, s.data.positive_column = "question", "answer"
+    s = Settings.from_dict({"data": {"anchor_column": "question", "positive_column": "answer"}})
     assert read_pairs(tmp_path / "p.csv", s.data) == [{"query": "what", "positive": "that", "negatives": []},
                                                       {"query": "who", "positive": "them", "negatives": []}]
     (tmp_path / "n.jsonl").write_text('{"query": "a", "positive": "b", "negatives": ["c", "d"]}\n')
@@ -34,7 +33,7 @@ def test_mapped_columns_and_hard_negative_lists(tmp_path):
 
 def test_wrong_shapes_name_the_row(tmp_path):
     from tuner.runtime.families.base import FamilyError
-    from tuner.runtime.families.embedding.data import read_pairs
+    from tuner.runtime.data_sources.pairs import read_pairs
 
     (tmp_path / "n.jsonl").write_text('{"query": "a", "positive": "b"}\n{"query": "a", "positive": 3}\n')
     with pytest.raises(FamilyError, match=r"n.jsonl: row 2: column 'positive' is int, not a string"):

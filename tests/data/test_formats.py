@@ -8,8 +8,9 @@ import json
 import re
 
 import pytest
+from tuner.runtime.data_sources.driver import check_data, rank_data
 
-from tests.data.data_helpers import KINDS, family, settings, write_format
+from tests.data.data_helpers import KINDS, data_tokenizer, family, settings, write_format
 from tests.tiny_chat_llama import chat_rows, write_jsonl
 
 
@@ -17,9 +18,10 @@ from tests.tiny_chat_llama import chat_rows, write_jsonl
 def test_every_source_format_gives_packed_rows(kind, tmp_path, tiny_model):
     data, fmt = write_format(kind, tmp_path)
     fam = family(tmp_path, settings(tiny_model, **data))
-    assert fam.check_data().startswith("data: ")
-    train, val = fam.build_datasets()
-    assert fam.data_stats["format"] == fmt
+    assert check_data(fam).startswith("data: ")
+    data = rank_data(fam)
+    train, val = data.train, data.val
+    assert data.stats["format"] == fmt
     assert val is None and len(train) >= 4
     trained = masked = 0
     for i in range(len(train)):
@@ -47,8 +49,9 @@ def test_packed_rows_restart_position_ids_at_each_document(tmp_path, tiny_model)
     write_jsonl(tmp_path / "c.jsonl", rows)
     s = settings(tiny_model, path="c.jsonl", seq_len=128)
     fam = family(tmp_path, s)
-    train, _ = fam.build_datasets()
-    enc = Encoder(fam.data_tokenizer(), "chat", s.data, "c.jsonl")
+    data = rank_data(fam)
+    train = data.train
+    enc = Encoder(data_tokenizer(fam), "chat", s.data, "c.jsonl")
     docs = [enc.one(r, i)[0] for i, r in enumerate(rows)]
     row = train[0]
     starts = [j for j, p in enumerate(row["position_ids"]) if p == 0]
@@ -57,7 +60,7 @@ def test_packed_rows_restart_position_ids_at_each_document(tmp_path, tiny_model)
     assert segments[:2] == docs[:2]
     real = row["real"][0]
     assert row["input_ids"][real:] == [fam.tokenizer().pad_token_id] * (128 - real)
-    batch = fam.collate([train[0], train[1]])
+    batch = data.collate([train[0], train[1]])
     assert "attention_mask" not in batch, "packed rows rely on position ids, not a padding mask"
     assert batch["position_ids"].shape == (2, 128)
 
@@ -73,7 +76,7 @@ def test_chat_labels_are_masked_exactly_outside_assistant_turns(tmp_path, tiny_m
 
     s = settings(tiny_model, completion_only_loss=only_assistant)
     fam = family(tmp_path, s)
-    tok = fam.data_tokenizer()
+    tok = data_tokenizer(fam)
     assert "{% generation %}" not in tok.chat_template, "the template has no generation markers"
     conv = chat_rows(6)[4]["messages"]  # a system prompt and two user/assistant turns
     assert [m["role"] for m in conv] == ["system", "user", "assistant", "user", "assistant"]
@@ -95,7 +98,7 @@ def test_instruction_loss_is_on_the_completion_only(tmp_path, tiny_model):
     from tuner.runtime.data_sources.encode import Encoder
 
     s = settings(tiny_model)
-    tok = family(tmp_path, s).data_tokenizer()
+    tok = data_tokenizer(family(tmp_path, s))
     row = {"prompt": "Question: what is two plus two?\nAnswer:", "completion": " four."}
     ids, labels = Encoder(tok, "instruction", s.data, "x").one(row, 0)
     trained = tok.decode([t for t, lab in zip(ids, labels) if lab != -100])
@@ -107,7 +110,7 @@ def test_conversational_prompt_completion_uses_the_template(tmp_path, tiny_model
     from tuner.runtime.data_sources.encode import Encoder
 
     s = settings(tiny_model)
-    tok = family(tmp_path, s).data_tokenizer()
+    tok = data_tokenizer(family(tmp_path, s))
     row = {"prompt": [{"role": "user", "content": "Hello."}], "completion": [{"role": "assistant", "content": "Fine."}]}
     ids, labels = Encoder(tok, "instruction", s.data, "x").one(row, 0)
     assert tok.decode([t for t, lab in zip(ids, labels) if lab != -100]) == "Fine.<|im_end|>\n"
@@ -116,13 +119,14 @@ def test_conversational_prompt_completion_uses_the_template(tmp_path, tiny_model
 def test_padded_batches_when_packing_is_off(tmp_path, tiny_model):
     write_jsonl(tmp_path / "c.jsonl", chat_rows(12))
     fam = family(tmp_path, settings(tiny_model, path="c.jsonl", packing=False, seq_len=128))
-    train, _ = fam.build_datasets()
+    data = rank_data(fam)
+    train = data.train
     assert len(train) == 12, "one conversation per row"
-    batch = fam.collate([train[0], train[1]])
+    batch = data.collate([train[0], train[1]])
     mask = batch["attention_mask"]
     assert mask.shape == batch["input_ids"].shape and int(mask.sum()) == int(batch["n_real"])
     assert (batch["labels"][mask == 0] == -100).all()
-    assert fam.data_stats["padding_ratio"] == 0.0
+    assert data.stats["padding_ratio"] == 0.0
 
 
 def test_a_template_from_the_settings_serves_a_tokenizer_without_one(tmp_path, tiny_model):
@@ -142,16 +146,15 @@ def test_a_template_from_the_settings_serves_a_tokenizer_without_one(tmp_path, t
     from tuner.runtime.data_sources.errors import DataError
 
     with pytest.raises(DataError, match="data.chat_template"):
-        family(tmp_path, settings(model, path="c.jsonl")).build_datasets()
-    fam = family(tmp_path, settings(model, path="c.jsonl", chat_template="chatml.jinja"))
-    train, _ = fam.build_datasets()
-    assert fam.data_stats["format"] == "chat" and len(train) > 0
+        rank_data(family(tmp_path, settings(model, path="c.jsonl")))
+    data = rank_data(family(tmp_path, settings(model, path="c.jsonl", chat_template="chatml.jinja")))
+    assert data.stats["format"] == "chat" and len(data.train) > 0
 
 
 def test_tokenised_once_the_second_build_reads_the_cache(tmp_path, tiny_model):
     write_jsonl(tmp_path / "c.jsonl", chat_rows(12))
     s = settings(tiny_model, path="c.jsonl")
-    first, _ = family(tmp_path, s).build_datasets()
-    second, _ = family(tmp_path, s).build_datasets()
+    first = rank_data(family(tmp_path, s)).train
+    second = rank_data(family(tmp_path, s)).train
     assert first.ds.cache_files and first.ds.cache_files == second.ds.cache_files
     assert first[3] == second[3]

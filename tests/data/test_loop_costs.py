@@ -17,7 +17,7 @@ def test_the_persons_omp_num_threads_reaches_cpu_ranks(monkeypatch):
 def test_collated_token_counts_are_ints_and_rows_come_a_batch_at_a_time():
     from datasets import Dataset
     from tuner.runtime.data_sources.packing import collate_rows
-    from tuner.runtime.families.causal_lm import RowsDataset
+    from tuner.runtime.data_sources.rows import RowsDataset
 
     rows = RowsDataset(Dataset.from_dict({"input_ids": [[1, 2, 3], [4, 5]], "labels": [[1, 2, 3], [4, 5]],
                                           "position_ids": [[0, 1, 2], [0, 1]], "real": [[3], [2]]}), packed=False)

@@ -3,15 +3,17 @@ saved position without repeating or skipping a row."""
 
 from __future__ import annotations
 
+from tuner.runtime.data_sources.driver import rank_data
+
 from tests.data.data_helpers import family, settings
 from tests.tiny_chat_llama import chat_rows, write_jsonl
 
 
 def _stream(tmp_path, tiny_model, rank, world):
     fam = family(tmp_path, settings(tiny_model, path="c.jsonl", streaming=True, seq_len=128), rank=rank, world=world)
-    train, val = fam.build_datasets()
-    assert val is None and getattr(train, "streamed", False)
-    return fam, train
+    data = rank_data(fam)
+    assert data.val is None and data.streamed and fam.stream is data.train
+    return fam, data.train
 
 
 def _keys(rows):

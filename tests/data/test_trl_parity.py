@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.runtime.runtime_helpers import to_toml, tuner_env
+from tests import harness
+from tests.runtime.runtime_helpers import to_toml
 from tests.tiny_chat_llama import chat_rows, write_jsonl
 
 TOLERANCE = 1e-4
@@ -43,9 +42,7 @@ def _tuner_step1_loss(tmp_path, model_dir, rows, **data) -> float:
                      "log_every": 1, "max_grad_norm": 0.0},
         "checkpoint": {"every_steps": 0, "export": False},
         "output": {"dir": "out"}}))
-    p = subprocess.run([sys.executable, "-m", "tuner", "run", str(tmp_path / "settings.toml")], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=600,
-                       env=tuner_env({"HF_DATASETS_CACHE": os.environ["HF_DATASETS_CACHE"]}))
+    p = harness.tuner('run', str(tmp_path / 'settings.toml'), cwd=tmp_path, timeout=600, env={'HF_DATASETS_CACHE': os.environ['HF_DATASETS_CACHE']})
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     metrics = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     return next(m["loss"] for m in metrics if m.get("step") == 1 and "loss" in m)

@@ -7,13 +7,11 @@ share examples/build/), applies ``--set`` overrides, and starts real gloo ranks 
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from tests import harness
 from tests.run_result import Run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,8 +19,7 @@ EXAMPLES = REPO / "examples"
 
 
 def env() -> dict:
-    return {**os.environ, "TUNER_PG_TIMEOUT": "120", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return harness.env()
 
 
 def run_example(example: str, d: Path, *sets: str, args: tuple[str, ...] = (), timeout: float = 400) -> Run:
@@ -32,8 +29,7 @@ def run_example(example: str, d: Path, *sets: str, args: tuple[str, ...] = (), t
     shutil.copy(EXAMPLES / example, target)
     overrides = [x for s in ("output.dir=out", "hardware.platform=cpu", *sets) for x in ("--set", s)]
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "tuner", "run", str(target), *overrides, *args], cwd=d,
-                          capture_output=True, text=True, timeout=timeout, env=env())
+    proc = harness.tuner("run", str(target), *overrides, *args, cwd=d, timeout=timeout)
     return Run(d, proc, time.monotonic() - t0)
 
 

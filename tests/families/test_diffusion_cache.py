@@ -20,12 +20,25 @@ import pytest
 import torch
 from tuner.commands.cli import main as tuner_main
 from tuner.compiler.keys.settings import Settings
+from tuner.runtime.data_sources.buckets import BucketBatchSampler
+from tuner.runtime.data_sources.driver import rank_data
+from tuner.runtime.data_sources.image_batches import collate_images
 from tuner.runtime.families.base import FamilyContext
-from tuner.runtime.families.diffusion.buckets import BucketBatchSampler
 from tuner.runtime.families.diffusion.family import DiffusionFamily
 
 CAPTIONS = ["a red square", "a blue circle", "a green triangle", "a yellow star"]
 SIZES = [(48, 32), (32, 32), (32, 48), (48, 32)]
+
+
+def _sets(fam):
+    """(train, validation) as the ranks get them: the data driver's."""
+    data = rank_data(fam)
+    return data.train, data.val
+
+
+def _collate(fam, samples):
+    """A batch as the ranks' loader makes it."""
+    return collate_images(samples, tokenize=fam.data_recipe().tokenize)
 
 
 def _data(folder: Path, captions=CAPTIONS) -> None:
@@ -49,7 +62,7 @@ def _family(tmp_path: Path, **data) -> DiffusionFamily:
 
 def _built(tmp_path: Path, **data) -> DiffusionFamily:
     fam = _family(tmp_path, **data)
-    fam.train_ds, _ = fam.build_datasets()
+    fam.train_ds, _ = _sets(fam)
     return fam
 
 
@@ -80,13 +93,13 @@ def test_a_change_reencodes_only_what_changed(tmp_path):
 def test_cached_batch_trains_like_the_uncached_one_and_dropout_uses_the_empty_caption(tmp_path):
     _data(tmp_path / "train")
     cached, plain = _built(tmp_path), _family(tmp_path, cache_latents=False)
-    plain_ds, _ = plain.build_datasets()
+    plain_ds, _ = _sets(plain)
     torch.manual_seed(0)
     model = cached.build_model()
     idx = [i for i in range(4) if cached.train_ds.bucket_of[i] == cached.train_ds.bucket_of[0]]
     losses = []
     for fam, ds in ((cached, cached.train_ds), (plain, plain_ds)):
-        batch = fam.collate([ds[i] for i in idx])
+        batch = _collate(fam, [ds[i] for i in idx])
         losses.append(fam.loss(model, batch, generator=torch.Generator().manual_seed(3)))
     torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
     drop = _built(tmp_path, caption_dropout=0.5)
@@ -125,7 +138,8 @@ import sys, time
 from pathlib import Path
 from tuner.compiler.keys.settings import Settings
 from tuner.runtime.families.base import FamilyContext
-from tuner.runtime.families.diffusion import cache
+from tuner.runtime.data_sources import latent_cache as cache
+from tuner.runtime.data_sources.driver import rank_data
 from tuner.runtime.families.diffusion.family import DiffusionFamily
 
 save = cache.LatentCache.save
@@ -137,7 +151,7 @@ cache.LatentCache.save = slow_save
 root = Path(sys.argv[1])
 s = Settings.from_dict({"model": {"family": "diffusion", "path": "builtin:tiny-unet"},
                         "output": {"dir": str(root / "out")}, "data": {"resolution": 16}})
-DiffusionFamily(FamilyContext(settings=s, base_dir=root)).build_datasets()
+rank_data(DiffusionFamily(FamilyContext(settings=s, base_dir=root)))
 """
 
 
@@ -156,7 +170,7 @@ def test_a_build_killed_midway_resumes_with_what_is_missing(tmp_path):
          "data": {"resolution": 16}}), base_dir=tmp_path))
     on_disk = len(fam_cache_files(tmp_path))
     assert 5 <= on_disk < 40
-    train, val = fam.build_datasets()
+    train, val = _sets(fam)
     assert fam.encoded == len(fam_cache_files(tmp_path)) - on_disk  # only what was missing
     for ds in (train, val):  # every entry the kill left, and every new one, loads whole
         for i in range(len(ds)):
@@ -196,7 +210,7 @@ def test_two_ranks_split_the_missing_entries_and_each_encodes_its_share_once(tmp
     exactly one rank, both ranks return only when all exist; a rebuild encodes nothing."""
     import threading
 
-    from tuner.runtime.families.diffusion.cache import Entry, LatentCache
+    from tuner.runtime.data_sources.latent_cache import Entry, LatentCache
 
     entries = [Entry("latent", f"{i:064x}", i, (8, 8)) for i in range(9)] + [
         Entry("text", f"{100 + i:064x}", f"caption {i}") for i in range(5)]

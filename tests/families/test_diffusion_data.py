@@ -10,12 +10,25 @@ from pathlib import Path
 
 import pytest
 from tuner.compiler.keys.settings import Settings
+from tuner.runtime.data_sources.driver import rank_data
+from tuner.runtime.data_sources.image_batches import collate_images
+from tuner.runtime.data_sources.image_sets import ImageDataset
 from tuner.runtime.families.base import FamilyContext, FamilyError
-from tuner.runtime.families.diffusion.data import ImageDataset
 from tuner.runtime.families.diffusion.family import DiffusionFamily
 
 CAPTIONS = ["a red square", "a blue circle", "a green triangle", "a yellow star"]
 SIZES = [(48, 32), (32, 32), (32, 48), (48, 32)]  # landscape, square, portrait, landscape
+
+
+def _sets(fam):
+    """(train, validation) as the ranks get them: the data driver's."""
+    data = rank_data(fam)
+    return data.train, data.val
+
+
+def _collate(fam, samples):
+    """A batch as the ranks' loader makes it."""
+    return collate_images(samples, tokenize=fam.data_recipe().tokenize)
 
 
 def _images(folder: Path) -> list[str]:
@@ -47,7 +60,7 @@ def test_imagefolder_metadata_jsonl_gives_captions_and_buckets(tmp_path):
     (folder / "metadata.jsonl").write_text(
         "".join(json.dumps({"file_name": n, "text": c}) + "\n" for n, c in zip(names, CAPTIONS)))
     fam = _family(tmp_path, path="train")
-    train, val = fam.build_datasets()
+    train, val = _sets(fam)
     assert val is None
     assert _captions(train) == CAPTIONS
     buckets = train.buckets
@@ -55,7 +68,7 @@ def test_imagefolder_metadata_jsonl_gives_captions_and_buckets(tmp_path):
               for b in train.bucket_of]
     assert shapes == ["wide", "square", "tall", "wide"]
     assert train.bucket_of[0] == train.bucket_of[3]
-    batch = fam.collate([train[0], train[3]])
+    batch = _collate(fam, [train[0], train[3]])
     w, h = buckets[train.bucket_of[0]]
     assert tuple(batch["pixel_values"].shape) == (2, 3, h, w)
     assert batch["input_ids"].shape[0] == 2
@@ -67,8 +80,8 @@ def test_metadata_csv_in_a_subfolder_with_a_named_caption_column(tmp_path):
     lines = ["file_name,prompt_en,label"] + [f"{n},{c},{i}" for i, (n, c) in enumerate(zip(names, CAPTIONS))]
     (sub / "metadata.csv").write_text("\n".join(lines) + "\n")
     with pytest.raises(FamilyError, match=r"no caption column .*prompt_en.*data\.caption_column"):
-        _family(tmp_path, path="data").build_datasets()
-    train, _ = _family(tmp_path, path="data", caption_column="prompt_en").build_datasets()
+        _sets(_family(tmp_path, path="data"))
+    train, _ = _sets(_family(tmp_path, path="data", caption_column="prompt_en"))
     assert _captions(train) == CAPTIONS
     assert [r["label"] for r in train.rows] == [0, 1, 2, 3]
 
@@ -77,19 +90,19 @@ def test_txt_captions_beside_images(tmp_path):
     names = _images(tmp_path / "imgs")
     for n, c in zip(names, CAPTIONS):
         (tmp_path / "imgs" / n).with_suffix(".txt").write_text(c + "\n")
-    train, _ = _family(tmp_path, path="imgs").build_datasets()
+    train, _ = _sets(_family(tmp_path, path="imgs"))
     assert _captions(train) == CAPTIONS
 
 
 def test_every_caption_empty_is_refused_unless_dropped_on_purpose(tmp_path, capsys):
     _images(tmp_path / "imgs")
     with pytest.raises(FamilyError, match=r"every image in .*imgs has an empty caption.*data\.caption_dropout = 1\.0"):
-        _family(tmp_path, path="imgs").build_datasets()
-    train, _ = _family(tmp_path, path="imgs", caption_dropout=1.0).build_datasets()
+        _sets(_family(tmp_path, path="imgs"))
+    train, _ = _sets(_family(tmp_path, path="imgs", caption_dropout=1.0))
     assert len(train) == 4
     # some captions missing: trained, with a warning naming how many
     (tmp_path / "imgs" / "img0.txt").write_text("a red square")
-    _family(tmp_path, path="imgs").build_datasets()
+    _sets(_family(tmp_path, path="imgs"))
     assert "3 of 4 images" in capsys.readouterr().err
 
 
@@ -107,10 +120,10 @@ def test_save_to_disk_folder_with_an_image_feature(tmp_path):
     ds.save_to_disk(str(tmp_path / "saved"))
     before = sorted(p.name for p in (tmp_path / "saved").iterdir())
     fam = _family(tmp_path, path="saved")
-    train, _ = fam.build_datasets()
+    train, _ = _sets(fam)
     assert _captions(train) == CAPTIONS
     assert train.buckets[train.bucket_of[2]][1] > train.buckets[train.bucket_of[2]][0]  # the portrait one
-    batch = fam.collate([train[1], train[1]])
+    batch = _collate(fam, [train[1], train[1]])
     assert batch["pixel_values"].shape[0] == 2 and batch["pixel_values"].abs().max() <= 1.0
     assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == before  # nothing written into the data
 
@@ -118,10 +131,10 @@ def test_save_to_disk_folder_with_an_image_feature(tmp_path):
 def test_parquet_file_with_image_bytes_and_a_named_image_column(tmp_path):
     ds = _hf_dataset(tmp_path)
     ds.to_parquet(str(tmp_path / "train.parquet"))
-    train, _ = _family(tmp_path, path="train.parquet").build_datasets()
+    train, _ = _sets(_family(tmp_path, path="train.parquet"))
     assert _captions(train) == CAPTIONS
     with pytest.raises(FamilyError, match=r"no image column 'photo' \(data\.image_column\).*picture"):
-        _family(tmp_path, path="train.parquet", image_column="photo").build_datasets()
+        _sets(_family(tmp_path, path="train.parquet", image_column="photo"))
 
 
 def test_caption_dropout_empties_that_share_of_training_captions_only(tmp_path):
@@ -129,10 +142,10 @@ def test_caption_dropout_empties_that_share_of_training_captions_only(tmp_path):
     names = _images(folder)
     (folder / "metadata.jsonl").write_text(
         "".join(json.dumps({"file_name": n, "text": c}) + "\n" for n, c in zip(names, CAPTIONS)))
-    train, val = _family(tmp_path, path="train", caption_dropout=0.5, validation_split=0.25).build_datasets()
+    train, val = _sets(_family(tmp_path, path="train", caption_dropout=0.5, validation_split=0.25))
     drawn = [train[i % len(train)]["caption"] for i in range(400)]
     dropped = drawn.count("")
     assert 120 < dropped < 280, dropped
     assert all(val[i]["caption"] for i in range(len(val)))  # validation keeps its captions
-    train0, _ = _family(tmp_path, path="train").build_datasets()
+    train0, _ = _sets(_family(tmp_path, path="train"))
     assert all(train0[i % 4]["caption"] for i in range(40))

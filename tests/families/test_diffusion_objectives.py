@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.keys.settings import Settings
 from tuner.runtime.families.base import FamilyContext
 from tuner.runtime.families.diffusion.family import DiffusionFamily

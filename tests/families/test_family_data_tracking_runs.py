@@ -18,7 +18,7 @@ import pytest
 import torch
 from families_helpers import run_example
 
-from tuner.runtime.families.diffusion.data import DATA_DIR
+from tuner.runtime.data_sources.image_sets import DATA_DIR
 
 pytestmark = pytest.mark.slow
 

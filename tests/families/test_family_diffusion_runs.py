@@ -130,6 +130,7 @@ def test_cache_built_once_across_ranks_then_served_to_one_rank(runs):
     encoders never on the training ranks after the build; then a 1-rank build of the same
     settings finds the cache complete and encodes nothing."""
     from tuner.compiler.keys.settings import Settings
+    from tuner.runtime.data_sources.driver import rank_data
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.diffusion.family import DiffusionFamily
 
@@ -150,7 +151,7 @@ def test_cache_built_once_across_ranks_then_served_to_one_rank(runs):
                                    "output": {"dir": str(run.out)}})
     fam = DiffusionFamily(FamilyContext(settings=settings, base_dir=run.dir, seed=settings.training.seed,
                                         world_size=1))
-    fam.build_datasets()
+    rank_data(fam)  # the data driver builds (here: finds) the cache through prepare_examples
     assert fam.encoded == 0 and fam._cond is None
     assert fam.cache.root == cache
 

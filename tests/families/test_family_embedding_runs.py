@@ -21,14 +21,15 @@ FAST = (f"training.max_steps={STEPS}", "training.validation_every=0")
 def _baseline_recall() -> tuple[float, list[dict]]:
     """Held-out recall@1 of the untrained packaged model, on the split the runs use."""
     from tuner.compiler.keys.settings import Settings
+    from tuner.runtime.data_sources.driver import rank_data
     from tuner.runtime.families.base import FamilyContext
-    from tuner.runtime.families.embedding.family import EmbeddingFamily
     from tuner.runtime.families.embedding.evaluate import evaluate_retrieval
+    from tuner.runtime.families.embedding.family import EmbeddingFamily
 
     s = Settings.from_dict({"model": {"family": "embedding", "path": "builtin:all-minilm-l6-v2"},
                             "data": {"seq_len": 32, "validation_split": 0.4}})
     fam = EmbeddingFamily(FamilyContext(settings=s, base_dir=Path("."), seed=s.training.seed))
-    _, val = fam.build_datasets()
+    val = rank_data(fam).val
     return evaluate_retrieval(fam.build_model(), fam.tokenizer(), val.rows, 32)["recall@1"], val.rows
 
 

@@ -4,21 +4,21 @@ EMA persistence, and that every family example compiles."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from tuner.runtime.families.diffusion import data as diffusion_data
+from tuner.runtime.data_sources import image_sets as diffusion_data
 from tuner.runtime.families.diffusion.ema import EMA
 from tuner.runtime.families.diffusion.family import DiffusionFamily
-from tuner.runtime.families.diffusion.sources import read_image_folder
-from tuner.runtime.families.embedding.data import PairCollator, read_pairs
+from tuner.runtime.data_sources.images import read_image_folder
+from tuner.runtime.data_sources.pairs import PairCollator, read_pairs
 from tuner.runtime.families.embedding.evaluate import retrieval_metrics
 from tuner.runtime.families.embedding.loss import contrastive_loss
 from tuner.runtime.families.embedding.model import pool
 from tuner.runtime.families.text import build_tiny_tokenizer
+
+from tests import harness
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FAMILY_EXAMPLES = sorted(p.name for p in EXAMPLES.glob("diffusion_*.toml")) + sorted(
@@ -112,16 +112,13 @@ def test_ema_update_save_load(tmp_path):
 
 @pytest.mark.parametrize("example", FAMILY_EXAMPLES)
 def test_family_examples_compile(example, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "tuner", "compile", str(EXAMPLES / example), "--out",
-                           str(tmp_path / "build"), "--set", "hardware.platform=cpu"], capture_output=True, text=True)
+    proc = harness.tuner('compile', str(EXAMPLES / example), '--out', str(tmp_path / 'build'), '--set', 'hardware.platform=cpu')
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "build" / "manifest.json").is_file()
 
 
 def test_lora_example_compiles_under_deepspeed(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "tuner", "compile", str(EXAMPLES / "embedding_minilm_lora.toml"),
-                           "--out", str(tmp_path / "build"), "--set", "fsdp.enabled=false", "--set",
-                           "deepspeed.enabled=true", "--set", "hardware.platform=cpu"], capture_output=True, text=True)
+    proc = harness.tuner('compile', str(EXAMPLES / 'embedding_minilm_lora.toml'), '--out', str(tmp_path / 'build'), '--set', 'fsdp.enabled=false', '--set', 'deepspeed.enabled=true', '--set', 'hardware.platform=cpu')
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "LoRA" not in proc.stdout + proc.stderr and (tmp_path / "build" / "deepspeed.json").is_file()
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.diagnostics import EXIT_USAGE
 from tuner.compiler.formats.importer import import_files
 from tuner.compiler.keys.settings import Settings

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.runtime.runtime_helpers import to_toml, tuner_env
+from tests import harness
+from tests.runtime.runtime_helpers import to_toml
 
 HERE = Path(__file__).resolve().parent
 PLAIN = HERE / "plain_accelerate.py"
@@ -35,21 +35,18 @@ def write_settings(d: Path, *sections: dict) -> Path:
     return d / "settings.toml"
 
 
-def env(extra: dict | None = None) -> dict:
-    return tuner_env({"PYTHONUNBUFFERED": "1", **(extra or {})})
+env = harness.env
 
 
 def compile_build(d: Path, *sections: dict) -> Path:
     settings = write_settings(d, *sections)
-    c = subprocess.run([sys.executable, "-m", "tuner", "compile", str(settings), "-q"], capture_output=True,
-                       text=True, env=env(), timeout=120)
+    c = harness.tuner("compile", str(settings), "-q", timeout=120)
     assert c.returncode == 0, c.stderr
     return d / "build"
 
 
 def tuner(*args: str, cwd: Path, timeout: float = 300, extra_env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env(extra_env))
+    return harness.tuner(*args, cwd=cwd, timeout=timeout, env=extra_env)
 
 
 def rank_reports(out: Path, world: int) -> list[dict]:

@@ -14,8 +14,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from tuner.compiler import compile_text
 from tuner.compiler.artefacts import cluster
+from tuner.compiler.compile import compile_text
 
 from tests.debian import install_command
 

@@ -10,11 +10,12 @@ import sys
 from argparse import Namespace
 
 import pytest
-
-from tuner.compiler import compile_text
+from tuner.commands.target import split_target
+from tuner.compiler.compile import compile_text
 from tuner.runtime.artefacts import RunError, load
 from tuner.runtime.launch_env import Topology, accelerate_env
-from tuner.commands.target import split_target
+
+from tests import harness
 
 MULTI = """[hardware]
 platform = "cpu"
@@ -123,8 +124,7 @@ def test_launch_command_line(rest, want, flags):
 
 def test_launch_refuses_a_missing_script_or_build(tmp_path):
     def tuner(*args):
-        return subprocess.run([sys.executable, "-m", "tuner", "launch", *args], capture_output=True, text=True,
-                              timeout=60, cwd=tmp_path)
+        return harness.tuner('launch', *args, cwd=tmp_path, timeout=60)
     p = tuner(str(tmp_path), "nope.py")
     assert p.returncode == 2 and "script not found: nope.py" in p.stderr and "Traceback" not in p.stderr
     (tmp_path / "t.py").write_text("")
@@ -180,6 +180,7 @@ sys.exit(rc)
 """
 
 
+@pytest.mark.slow  # starts a rank process (tests/tiers.py)
 def test_one_machine_launch_that_loses_its_port_to_a_race_tries_another(tmp_path):
     """Two runs started at the same moment on one machine can both find the same port free;
     the one that loses the bind starts its ranks on a port the system picks instead."""

@@ -1,4 +1,4 @@
-"""One derivation of the environment `accelerate launch` gives a rank: `tuner.compiler.artefacts.verify.launch_env`.
+"""One derivation of the environment `accelerate launch` gives a rank: `tuner.runtime.verify.launch_env`.
 
 `tuner compile --verify` and the runtime's CPU launcher (`runtime/launch_env.accelerate_env`)
 both call it, no other production module calls accelerate's derivation functions, and no
@@ -14,15 +14,16 @@ import os
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_text
-from tuner.compiler.artefacts.verify import accelerate_launch_env, launch_env, pretend_cuda
+from tuner.compiler.compile import compile_text
 from tuner.runtime.artefacts import load
 from tuner.runtime.launch_env import accelerate_env, config_flags
+from tuner.runtime.verify import accelerate_launch_env, launch_env, pretend_cuda
 
 from tests.compiler.interop import FAKE_GPUS, launch_view
+from tests.packages import PACKAGE_FOLDERS
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCTION = ("compiler", "runtime", "tui", "tuner", "schemas")
+PRODUCTION = PACKAGE_FOLDERS
 #: accelerate's launch-environment derivation: only `launch_env` may call these.
 DERIVATION = {"_validate_launch_command", "prepare_multi_gpu_env", "prepare_deepspeed_cmd_env",
               "prepare_simple_launcher_cmd_env", "launch_command_parser"}
@@ -53,7 +54,7 @@ def test_only_launch_env_derives_the_launch_environment():
                 called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
                 if called in DERIVATION:
                     callers.add((rel, func))
-    assert callers == {("compiler/artefacts/verify.py", "launch_env")}
+    assert callers == {("runtime/verify.py", "launch_env")}
 
 
 def test_no_production_module_takes_a_pytest_fixture():

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from launch_helpers import env, write_settings
+from tests import harness
 from tests.debian import install_command
 
 pytestmark = pytest.mark.slow
@@ -58,8 +59,7 @@ def test_sbatch_runs_a_world_of_four_on_two_nodes(tmp_path, slurm):
         "training": {"micro_batch_size": 2, "max_steps": 4, "log_every": 1},
         "checkpoint": {"every_steps": 4, "export": False}, "output": {"dir": str(tmp_path / "out")},
     })
-    c = subprocess.run([sys.executable, "-m", "tuner", "compile", str(settings), "-q"], capture_output=True,
-                       text=True, env=env(), timeout=120)
+    c = harness.tuner('compile', str(settings), '-q', timeout=120)
     assert c.returncode == 0, c.stderr
     batch = tmp_path / "build" / "slurm.sbatch"
     log = tmp_path / "job.out"
@@ -106,8 +106,7 @@ def test_two_jobs_of_one_build_at_once_both_finish(tmp_path, slurm):
         "hardware": {"platform": "cpu", "num_processes": 2, "num_machines": 2},
         "cluster": {"type": "slurm", "job_name": "tuner-twice", "time": "00:10:00"},
     })
-    c = subprocess.run([sys.executable, "-m", "tuner", "compile", str(settings), "-q"], capture_output=True,
-                       text=True, env=env(), timeout=120)
+    c = harness.tuner('compile', str(settings), '-q', timeout=120)
     assert c.returncode == 0, c.stderr
     script = tmp_path / "meet.py"
     script.write_text(MEET)

@@ -17,6 +17,8 @@ import pytest
 
 from launch_helpers import env, write_settings
 
+from tests import harness
+
 pytestmark = pytest.mark.slow
 
 #: From one machine's launcher dying to the other machine's launcher exiting (seconds).
@@ -42,8 +44,7 @@ def _settings(d, max_steps: int):
 
 
 def _compile(settings) -> None:
-    c = subprocess.run([sys.executable, "-m", "tuner", "compile", str(settings), "-q"], capture_output=True,
-                       text=True, env=env(), timeout=120)
+    c = harness.tuner('compile', str(settings), '-q', timeout=120)
     assert c.returncode == 0, c.stderr
 
 

@@ -3,12 +3,11 @@ damaged-checkpoint tests copy (never modify)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests import harness
 
 TINY_RUN = """\
 [model]
@@ -30,8 +29,7 @@ dir = "out"
 
 
 def run_env() -> dict[str, str]:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-            "TOKENIZERS_PARALLELISM": "false", "TUNER_PG_TIMEOUT": "60"}
+    return harness.env()
 
 
 def write_tiny_run(d: Path, steps: int = 4) -> Path:
@@ -46,8 +44,7 @@ def finished_run(tmp_path_factory) -> Path:
     """A finished 1-rank run (4 steps, checkpoints at steps 2 and 4); returns its folder."""
     d = tmp_path_factory.mktemp("finished_run")
     settings = write_tiny_run(d)
-    proc = subprocess.run([sys.executable, "-m", "tuner", "run", str(settings)], cwd=d, capture_output=True,
-                          text=True, timeout=400, env=run_env())
+    proc = harness.tuner("run", str(settings), cwd=d, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (d / "out" / "checkpoints" / "step-2").is_dir() and (d / "out" / "checkpoints" / "step-4").is_dir()
     return d
@@ -59,8 +56,7 @@ def finished_fsdp_run(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("finished_fsdp_run")
     settings = write_tiny_run(d, steps=2)
     settings.write_text(settings.read_text() + "[fsdp]\nenabled = true\nversion = 2\n", encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "tuner", "run", str(settings)], cwd=d, capture_output=True,
-                          text=True, timeout=400, env=run_env())
+    proc = harness.tuner("run", str(settings), cwd=d, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (d / "out" / "checkpoints" / "step-2" / "pytorch_model_fsdp_0" / ".metadata").is_file()
     return d

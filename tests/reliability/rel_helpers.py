@@ -45,6 +45,25 @@ def tuner(*argv: str, timeout_s: int = 60) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def rank_lines() -> int:
+    """Rank processes started so far by this pytest process's tests (tests/tiers.py's counter)."""
+    try:
+        return len(Path(os.environ["TUNER_TEST_RANK_LOG"]).read_text(encoding="utf-8").splitlines())
+    except (KeyError, OSError):
+        return 0
+
+
+def refused_before_launch(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`tuner ARGV` in this process, from `cwd`, for a refusal the product makes before any rank
+    starts: asserts that no rank started (so the test needs no launch to show it) and returns
+    (returncode, stdout, stderr) as a subprocess run would."""
+    before = rank_lines()
+    with contextlib.chdir(cwd):
+        code, out, err = tuner(*map(str, argv), timeout_s=300)
+    assert rank_lines() == before, f"tuner {' '.join(map(str, argv))} started ranks before refusing:\n{err[-3000:]}"
+    return subprocess.CompletedProcess(["tuner", *map(str, argv)], code, out, err)
+
+
 def assert_honest(code: int, out: str, err: str, argv=()) -> None:
     """No traceback, no internal error, a documented exit code."""
     from tuner.compiler.diagnostics import EXIT_INTERNAL

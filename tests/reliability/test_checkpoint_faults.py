@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from tests.reliability.conftest import write_tiny_run
-from tests.reliability.rel_helpers import tiny_tmpfs
+from tests.reliability.rel_helpers import refused_before_launch, tiny_tmpfs
 from tests.reliability.test_persons_files import copy_run, run
 from tuner.compiler.diagnostics import EXIT_USAGE
 
@@ -48,7 +48,7 @@ def test_latest_replaced_by_a_folder_is_refused_with_a_message(finished_run, tmp
     (ck / "latest").unlink()
     (ck / "latest").mkdir()
     (ck / "latest" / "mine.txt").write_text("mine", encoding="utf-8")
-    p = run("run", run_dir / "settings.toml", "--resume", "latest", "--max-steps", "6", cwd=run_dir)
+    p = refused_before_launch("run", run_dir / "settings.toml", "--resume", "latest", "--max-steps", "6", cwd=run_dir)
     assert p.returncode == EXIT_USAGE, p.stderr[-3000:]
     assert f"{ck / 'latest'} is not tuner's pointer file (it is a directory)" in p.stderr, p.stderr[-3000:]
     assert f"the last intact one is {ck / 'step-4'}" in p.stderr and "Traceback" not in p.stderr

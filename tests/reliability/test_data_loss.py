@@ -6,14 +6,13 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
-from tests.reliability.conftest import run_env
+from tests import harness
 from tests.reliability.rel_helpers import EXAMPLES, tiny_tmpfs, tuner
 
 ZERO1 = (EXAMPLES / "zero1.toml").read_text(encoding="utf-8")
@@ -121,8 +120,7 @@ def test_run_max_steps_below_one_is_refused_and_nothing_is_exported(tmp_path, st
 # --- tuner checkpoint export ------------------------------------------------------------------
 
 def _export(ckpt: Path, out: str | Path, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tuner", "checkpoint", "export", str(ckpt), "--out", str(out)],
-                          cwd=cwd, capture_output=True, text=True, timeout=300, env=run_env())
+    return harness.tuner('checkpoint', 'export', str(ckpt), '--out', str(out), cwd=cwd, timeout=300)
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import pytest
 from tuner.compiler import diagnostics
 from tuner.compiler.diagnostics import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 
+from tests import harness
 from tests.reliability.conftest import run_env, write_tiny_run
 from tests.reliability.rel_helpers import DOCUMENTED, EXAMPLES, tiny_tmpfs, tuner
 
@@ -148,8 +149,7 @@ def test_a_damaged_latest_checkpoint_names_the_last_intact_one(finished_run, tmp
     assert f"the last intact one is {intact}" in err and f"--resume {intact}" in err, err
     if damage == "state-truncated":
         assert "model.safetensors is 1000 bytes; it had" in err, err
-    p = subprocess.run([sys.executable, "-m", "tuner", "checkpoint", "export", str(run / "out" / "checkpoints"),
-                        "--out", str(tmp_path / "export")], capture_output=True, text=True, env=run_env(), timeout=300)
+    p = harness.tuner('checkpoint', 'export', str(run / 'out' / 'checkpoints'), '--out', str(tmp_path / 'export'), timeout=300)
     assert p.returncode == EXIT_USAGE and f"the last intact one is {intact}" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and not (tmp_path / "export").exists()
 
@@ -168,8 +168,7 @@ def test_a_second_run_is_refused_while_the_first_lives_and_a_killed_run_leaves_n
             assert first.poll() is None, first.stderr.read()
             assert time.monotonic() < deadline
             time.sleep(0.5)
-        second = subprocess.run([sys.executable, "-m", "tuner", "run", str(settings), "--max-steps", "1"], cwd=cwd,
-                                env=run_env(), capture_output=True, text=True, timeout=120)
+        second = harness.tuner('run', str(settings), '--max-steps', '1', cwd=cwd, timeout=120)
         assert second.returncode == EXIT_USAGE, second.stderr
         assert f"another tuner run is using {cwd / 'out'} (pid {first.pid}" in second.stderr
     finally:
@@ -178,8 +177,7 @@ def test_a_second_run_is_refused_while_the_first_lives_and_a_killed_run_leaves_n
     for left in (cwd / "out").iterdir():  # the killed run's files (a fresh run is refused beside them)
         if left.name != ".tuner-run.lock":
             shutil.rmtree(left) if left.is_dir() else left.unlink()
-    third = subprocess.run([sys.executable, "-m", "tuner", "run", str(settings), "--max-steps", "1"], cwd=cwd,
-                           env=run_env(), capture_output=True, text=True, timeout=300)
+    third = harness.tuner('run', str(settings), '--max-steps', '1', cwd=cwd, timeout=300)
     assert third.returncode == EXIT_OK, third.stderr[-3000:]
 
 

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from tests.reliability.rel_helpers import tiny_tmpfs, tuner
-from tests.reliability.test_persons_files import copy_run, run
+from tests.reliability.rel_helpers import refused_before_launch, tiny_tmpfs, tuner
+from tests.reliability.test_persons_files import copy_run
 from tuner.compiler.diagnostics import EXIT_USAGE
 
 pytestmark = pytest.mark.slow
@@ -37,7 +37,7 @@ def looped(finished_run, tmp_path_factory):
 
 def test_resume_latest_pointing_at_itself_is_refused_before_any_rank(looped):
     ck = looped / "out" / "checkpoints"
-    p = run("run", looped / "settings.toml", "--resume", "latest", "--max-steps", "6", cwd=looped)
+    p = refused_before_launch("run", looped / "settings.toml", "--resume", "latest", "--max-steps", "6", cwd=looped)
     assert p.returncode == EXIT_USAGE, p.stderr[-3000:]
     assert f"checkpoint pointer {ck / 'latest'} {LOOP}" in p.stderr, p.stderr[-3000:]
     assert f"the last intact one is {ck / 'step-4'}" in p.stderr and f"--resume {ck / 'step-4'}" in p.stderr

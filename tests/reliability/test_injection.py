@@ -1,5 +1,5 @@
 """Issue 27 item 9: settings never become commands. Every value that reaches launch.sh,
-slurm.sbatch or the Kubernetes manifests is validated by what it is (compiler/canonical/patterns.py)
+slurm.sbatch or the Kubernetes manifests is validated by what it is (compiler/keys/patterns.py)
 and quoted where it is written; diagnostics never echo a value's control characters raw.
 
 The generated scripts are really run with bash: `TUNER_PYTHON` points at a probe that

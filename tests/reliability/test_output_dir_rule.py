@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.conftest import run_env, write_tiny_run
+from tests.reliability.rel_helpers import refused_before_launch
 from tests.reliability.test_persons_files import copy_run, run, tree
 from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
@@ -27,7 +28,7 @@ def _steps(metrics: Path) -> list[int]:
 def test_a_rerun_into_an_output_dir_with_a_run_is_refused_and_nothing_is_replaced(finished_run, tmp_path):
     run_dir = copy_run(finished_run, tmp_path / "run")
     before = tree(run_dir / "out")
-    p = run("run", run_dir / "settings.toml", cwd=run_dir)
+    p = refused_before_launch("run", run_dir / "settings.toml", cwd=run_dir)
     assert p.returncode == EXIT_USAGE, p.stderr[-3000:]
     assert f"{run_dir / 'out'} already holds a run (metrics.jsonl, checkpoints/, final/)" in p.stderr, p.stderr
     assert "--resume latest" in p.stderr and 'checkpoint.resume = "auto"' in p.stderr, p.stderr

@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-
-from tests.reliability.conftest import run_env, write_tiny_run
-from tests.reliability.rel_helpers import EXAMPLES, tuner
 from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
+
+from tests import harness
+from tests.reliability.conftest import run_env, write_tiny_run
+from tests.reliability.rel_helpers import EXAMPLES, refused_before_launch, tuner
 
 ZERO1 = (EXAMPLES / "zero1.toml").read_text(encoding="utf-8")
 DDP = (EXAMPLES / "ddp.toml").read_text(encoding="utf-8")
@@ -40,8 +41,7 @@ def copy_run(finished_run: Path, to: Path) -> Path:
 
 
 def run(*argv, cwd: Path, timeout: int = 400) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tuner", *map(str, argv)], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=run_env())
+    return harness.tuner(*map(str, argv), cwd=cwd, timeout=timeout)
 
 
 # --- 1. output.dir = "." -------------------------------------------------------------------------
@@ -54,7 +54,7 @@ def test_1_run_into_a_project_folder_keeps_the_persons_final_and_checkpoint_file
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text, encoding="utf-8")
     before = tree(tmp_path, skip=("build",))
-    p = run("run", settings, cwd=tmp_path)
+    p = refused_before_launch("run", settings, cwd=tmp_path)
     assert p.returncode == EXIT_USAGE, p.stderr[-3000:]
     assert "not written by tuner" in p.stderr and str(tmp_path / "final") in p.stderr, p.stderr
     assert str(tmp_path / "checkpoints" / "step-2") in p.stderr and "Traceback" not in p.stderr
@@ -203,7 +203,7 @@ def test_7_concurrent_compiles_into_one_directory_take_turns(tmp_path):
     (tmp_path / "ddp.toml").write_text(DDP, encoding="utf-8")
     loop = textwrap.dedent(f"""
         import sys
-        from tuner.compiler import compile_file
+        from tuner.compiler.compile import compile_file
         for i in range(12):
             name = ("zero.toml", "ddp.toml")[(i + int(sys.argv[1])) % 2]
             compile_file({str(tmp_path)!r} + "/" + name, out_dir={str(out)!r}).write()
@@ -225,7 +225,7 @@ def test_8_a_checkpoint_folder_that_disagrees_with_its_record_is_not_resumed(fin
     ck = run_dir / "out" / "checkpoints"
     shutil.copytree(ck / "step-4", ck / "step-6")  # step 4's files under step 6's name
     (ck / "latest").write_text("step-6\n")
-    p = run("run", run_dir / "settings.toml", "--resume", "latest", "--max-steps", "8", cwd=run_dir)
+    p = refused_before_launch("run", run_dir / "settings.toml", "--resume", "latest", "--max-steps", "8", cwd=run_dir)
     assert p.returncode == EXIT_USAGE, p.stderr[-3000:]
     assert "named step-6 but its tuner_checkpoint.json records step 4" in p.stderr, p.stderr
     assert f"the last intact one is {ck / 'step-4'}" in p.stderr and "resumed" not in p.stdout
@@ -240,7 +240,7 @@ def test_8_a_checkpoint_past_the_last_step_is_not_resumed(finished_run, tmp_path
     (ck / "step-4").rename(ck / "step-1000000")
     (ck / "latest").write_text("step-1000000\n")
     before = tree(run_dir / "out")
-    p = run("run", run_dir / "settings.toml", "--resume", "latest", cwd=run_dir)
+    p = refused_before_launch("run", run_dir / "settings.toml", "--resume", "latest", cwd=run_dir)
     assert p.returncode == EXIT_USAGE, p.stderr[-3000:]
     assert "is at step 1000000, past this run's last step 4" in p.stderr, p.stderr
     assert f"the last intact one is {ck / 'step-2'}" in p.stderr

@@ -27,11 +27,11 @@ import tomlkit
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 
 from tests.reliability.rel_helpers import EXAMPLES, assert_honest, tuner
 
-#: Raw DeepSpeed tables are the `art-ds` work's part of issue 11 (compiler/artefacts/deepspeed_config.py):
+#: Raw DeepSpeed tables are the `art-ds` work's part of issue 11 (compiler/plan/deepspeed_config.py):
 #: today a wrong nested type (``offload_optimizer = 1``, ``params`` that is not a table) still
 #: crashes the compile (in the estimate's and the builder's reading of the raw config), and a
 #: removed key (``amp``, ``mics_shard_size``) or a mistyped value compiles but DeepSpeed's own
@@ -82,7 +82,7 @@ class _Artefacts:
         out = Path(tempfile.mkdtemp(dir=workdir))
         result.out_dir = out
         result.write()
-        from tuner.compiler.artefacts.verify import load_accelerate
+        from tuner.runtime.verify import load_accelerate
 
         load_accelerate(out / "accelerate.yaml")
         if result.deepspeed_json and cls.deepspeed_checked < cls.deepspeed_limit:
@@ -102,7 +102,7 @@ def _parse_deepspeed(path: Path, settings: dict, world: int) -> None:
     from unittest import mock
 
     import deepspeed.runtime.config as ds_config
-    from tuner.compiler.artefacts.verify import _WorldSize, accelerate_filled
+    from tuner.runtime.verify import _WorldSize, accelerate_filled
 
     written = json.loads(path.read_text())
     with mock.patch.object(ds_config.dist, "get_rank", lambda *a, **k: 0):

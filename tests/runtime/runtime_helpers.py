@@ -7,12 +7,10 @@ from the bundled corpus, so one epoch is 8 optimizer steps at micro batch 4 on 2
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from tests import harness
 from tests.run_result import Run
 from tests.runtime.trace_callbacks import TRACE
 
@@ -66,16 +64,8 @@ def write_data(d: Path) -> None:
 
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def tuner_env(extra: dict | None = None) -> dict:
-    # The repository root on the ranks' path: they import the tests' callbacks
-    # (trace_callbacks.py) by module name.
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "TUNER_PG_TIMEOUT": "60", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": path}
-    env.update(extra or {})
-    return env
+#: the one environment of the tests' tuner processes (tests/harness.py)
+tuner_env = harness.env
 
 
 def tuner_run(d: Path, settings: dict, *args: str, timeout: float = 400, trace: bool = True,
@@ -91,8 +81,7 @@ def tuner_run(d: Path, settings: dict, *args: str, timeout: float = 400, trace: 
     (d / "settings.toml").write_text(to_toml(settings))
     target = d / "settings.toml"
     if edit_build is not None:
-        c = subprocess.run([sys.executable, "-m", "tuner", "compile", str(target), "-q"], capture_output=True,
-                           text=True, env=tuner_env())
+        c = harness.tuner("compile", str(target), "-q")
         assert c.returncode == 0, c.stderr
         edit_build(d / "build")
         target = d / "build"
@@ -101,8 +90,7 @@ def tuner_run(d: Path, settings: dict, *args: str, timeout: float = 400, trace: 
     extra.update(env or {})
     hooks = ["--callback", TRACE] if trace else []
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "tuner", "run", str(target), *args, *hooks], cwd=d,
-                          capture_output=True, text=True, timeout=timeout, env=tuner_env(extra))
+    proc = harness.tuner("run", str(target), *args, *hooks, cwd=d, timeout=timeout, env=extra)
     run = Run(d, proc, time.monotonic() - t0)
     for r in (0, 1):
         p = d / "trace" / f"rank{r}.json"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 
-from tuner.compiler import compile_file
+from tuner.compiler.compile import compile_file
 from tuner.runtime.check.preflight import local_findings, machine_facts
 
 SETTINGS = """\

@@ -3,19 +3,18 @@ that lets `drop_pages` touch only tensors read from a memory-mapped file."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 import torch
 from tuner.runtime.export_shards import output_key
 from tuner.runtime.export_sources import _file_backed
 
+from tests import harness
+
 
 @pytest.mark.parametrize("size", ["5XB", "0MB"])
 def test_bad_max_shard_size_is_refused_naming_the_form(size, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "tuner", "checkpoint", "export", str(tmp_path), "--out",
-                           str(tmp_path / "o"), "--max-shard-size", size], capture_output=True, text=True)
+    proc = harness.tuner('checkpoint', 'export', str(tmp_path), '--out', str(tmp_path / 'o'), '--max-shard-size', size)
     assert proc.returncode == 2
     assert "--max-shard-size" in proc.stderr and "5GB" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "o").exists()

@@ -10,6 +10,8 @@ import torch
 from runtime_helpers import assert_ok, merged, tuner_run
 from test_strategies import LOGITS_ATOL, _rows_tensor
 
+from tests import harness
+
 pytestmark = pytest.mark.slow
 
 FSDP2 = {"enabled": True, "version": 2, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}
@@ -68,10 +70,7 @@ def test_full_save_under_fsdp2_keeps_every_ranks_adapter_shard(lora_run, tmp_pat
     FSDP2 shards it along dim 0, so a save that kept only rank 0's shard (a known peer bug) would
     leave the second half zero or the tensor short. `tuner checkpoint export` of that checkpoint
     writes the same unmerged adapter as the run's own export (gathered live by accelerate)."""
-    import subprocess
-    import sys
 
-    from runtime_helpers import tuner_env
     from safetensors.torch import load_file
 
     step = lora_run.out / "checkpoints" / "step-20"
@@ -83,8 +82,7 @@ def test_full_save_under_fsdp2_keeps_every_ranks_adapter_shard(lora_run, tmp_pat
         half = b.shape[0] // 2
         assert b[:half].abs().sum() > 0 and b[half:].abs().sum() > 0, f"{name}: rank 1's shard is missing"
     out = tmp_path / "export"
-    proc = subprocess.run([sys.executable, "-m", "tuner", "checkpoint", "export", str(step), "--out", str(out)],
-                          capture_output=True, text=True, env=tuner_env(), timeout=300)
+    proc = harness.tuner('checkpoint', 'export', str(step), '--out', str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ours = load_file(str(out / "adapter" / "adapter_model.safetensors"))
     final = load_file(str(lora_run.out / "final" / "adapter" / "adapter_model.safetensors"))

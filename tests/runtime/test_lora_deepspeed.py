@@ -11,13 +11,13 @@ logits too; `tuner checkpoint export` of the last checkpoint writes the same ada
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
-from runtime_helpers import assert_ok, merged, tuner_env, tuner_run
+from runtime_helpers import assert_ok, merged, tuner_run
 from test_strategies import LOGITS_ATOL, _rows_tensor
+
+from tests import harness
 
 pytestmark = pytest.mark.slow
 
@@ -31,8 +31,7 @@ def _write_base(folder) -> None:
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.causal_lm import CausalLMFamily
 
-    s = Settings()
-    s.model.path = "builtin:micro-llama"
+    s = Settings.from_dict({"model": {"path": "builtin:micro-llama"}})
     set_seed(7)
     CausalLMFamily(FamilyContext(s, folder.parent)).build_model().save_pretrained(str(folder))
 
@@ -121,8 +120,7 @@ def test_checkpoint_export_writes_the_same_adapter(lora_ds):
 
     stage, run = lora_ds
     out = run.dir / "export-step-10"
-    proc = subprocess.run([sys.executable, "-m", "tuner", "checkpoint", "export", str(run.out / "checkpoints" / "step-10"),
-                           "--out", str(out)], capture_output=True, text=True, env=tuner_env(), timeout=300)
+    proc = harness.tuner('checkpoint', 'export', str(run.out / 'checkpoints' / 'step-10'), '--out', str(out), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ours, final = _adapter(out / "adapter"), _adapter(run.out / "final" / "adapter")
     assert sorted(ours) == sorted(final)

@@ -42,9 +42,7 @@ def _initial_weights():
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.causal_lm import CausalLMFamily
 
-    s = Settings()
-    s.model.path = "builtin:micro-llama"
-    s.data.seq_len = 32
+    s = Settings.from_dict({"model": {"path": "builtin:micro-llama"}, "data": {"seq_len": 32}})
     set_seed(42)
     return CausalLMFamily(FamilyContext(s, Path("."))).build_model().state_dict()
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
-from runtime_helpers import merged, to_toml, tuner_env, write_data
+from runtime_helpers import merged, to_toml, write_data
+
+from tests import harness
 
 TINY_DS = merged(hardware={"num_processes": 1}, deepspeed={"enabled": True, "zero_stage": 1},
                  training={"max_steps": 2, "warmup_steps": 0, "validation_every": 0},
@@ -26,8 +26,7 @@ def _project(d, settings=TINY_DS):
 
 
 def _tuner(*args, cwd, timeout=600):
-    return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=cwd, capture_output=True, text=True,
-                          env=tuner_env(), timeout=timeout)
+    return harness.tuner(*args, cwd=cwd, timeout=timeout)
 
 
 def test_two_working_directories_give_byte_identical_artefacts(tmp_path):
@@ -48,6 +47,7 @@ def test_two_working_directories_give_byte_identical_artefacts(tmp_path):
     assert json.loads(builds[0]["manifest.json"])["settings_file"] == "../settings.toml"
 
 
+@pytest.mark.slow  # starts a rank process (tests/tiers.py)
 def test_copied_build_runs_from_the_root_directory(tmp_path):
     """Compiled in one place, copied with the project, the original removed: `tuner run BUILD`
     from / reads data, writes output and finds deepspeed.json inside the copy."""

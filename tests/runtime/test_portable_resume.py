@@ -134,6 +134,7 @@ def test_inspect_names_what_the_checkpoint_holds(reference, capsys):
     assert all(info["bytes"][part] > 0 for part in ("model", "optimizer", "scheduler", "rng")), info["bytes"]
     assert info["total_bytes"] == sum(info["bytes"].values())
     assert "on 1, 2, 4, 8 ranks, keeping the global batch 8" in info["resume_into"][0]
+    assert info["resume_into"][1].startswith("ddp, fsdp2 (full state dict), zero1, zero2, zero3 ")  # another backend
     assert "tuner checkpoint export" in info["export_to"][0]
     assert main(["checkpoint", "inspect", str(reference.out / "checkpoints")]) == 0  # the latest one
     text = capsys.readouterr().out

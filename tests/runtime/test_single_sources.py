@@ -41,13 +41,14 @@ def test_no_exit_code_is_declared_again():
 
 
 def test_the_runtime_checks_a_manifest_plan_against_the_compilers_plan_fields(tmp_path):
-    from tuner.compiler import compile_text
+    from tuner.compiler.compile import compile_text
     from tuner.runtime.artefacts import manifest_problem
 
     r = compile_text('[hardware]\nplatform = "cpu"\n', out_dir=tmp_path / "build")
     assert r.ok and r.plan is not None
     manifest = json.loads((r.write() / emit.MANIFEST_JSON).read_text())
-    assert set(manifest["plan"]) == {f.name for f in dataclasses.fields(Plan)}
+    # the Plan's fields, and the two it derives from its strategy (compiler/plan/plan.py)
+    assert set(manifest["plan"]) == {f.name for f in dataclasses.fields(Plan)} | {"uses_deepspeed", "uses_fsdp"}
     assert manifest_problem(manifest) is None
     for name in manifest["plan"]:
         broken = {**manifest, "plan": {k: v for k, v in manifest["plan"].items() if k != name}}

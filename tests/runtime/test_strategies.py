@@ -15,6 +15,8 @@ import pytest
 import torch
 from runtime_helpers import assert_ok, merged, tuner_run
 
+from tests import harness
+
 pytestmark = pytest.mark.slow
 
 #: Loss agreement between a straight run and checkpoint + resume (fp32; only reduction
@@ -46,14 +48,14 @@ def _train_rows(run_dir):
     from pathlib import Path
 
     from tuner.compiler.keys.settings import Settings
+    from tuner.runtime.data_sources.driver import rank_data
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.causal_lm import CausalLMFamily
 
     from tests.runtime.trace_callbacks import row_keys
 
-    s = Settings()
-    s.data.path, s.data.validation_path, s.data.seq_len = "train.jsonl", "val.jsonl", 32
-    train, _ = CausalLMFamily(FamilyContext(s, Path(run_dir))).build_datasets()
+    s = Settings.from_dict({"data": {"path": "train.jsonl", "validation_path": "val.jsonl", "seq_len": 32}})
+    train = rank_data(CausalLMFamily(FamilyContext(s, Path(run_dir)))).train
     return row_keys({"input_ids": train.rows})
 
 
@@ -136,12 +138,12 @@ def _rows_tensor(run_dir):
     from pathlib import Path
 
     from tuner.compiler.keys.settings import Settings
+    from tuner.runtime.data_sources.driver import rank_data
     from tuner.runtime.families.base import FamilyContext
     from tuner.runtime.families.causal_lm import CausalLMFamily
 
-    s = Settings()
-    s.data.path, s.data.validation_path, s.data.seq_len = "train.jsonl", "val.jsonl", 32
-    train, _ = CausalLMFamily(FamilyContext(s, Path(run_dir))).build_datasets()
+    s = Settings.from_dict({"data": {"path": "train.jsonl", "validation_path": "val.jsonl", "seq_len": 32}})
+    train = rank_data(CausalLMFamily(FamilyContext(s, Path(run_dir)))).train
     return train.rows
 
 
@@ -176,10 +178,7 @@ def test_streamed_export_is_byte_identical_to_the_full_state_export(trained, tmp
     then the family's save_pretrained with the same max_shard_size), and the sharded folder loads
     with from_pretrained and gives the trained model's logits."""
     import filecmp
-    import subprocess
-    import sys
 
-    from runtime_helpers import tuner_env
     from transformers import AutoModelForCausalLM
     from tuner.compiler.keys.settings import Settings
     from tuner.runtime import checkpoint as ckpt
@@ -190,8 +189,7 @@ def test_streamed_export_is_byte_identical_to_the_full_state_export(trained, tmp
     name, run = trained
     step = run.out / "checkpoints" / "step-10"
     streamed, reference = tmp_path / "streamed", tmp_path / "reference"
-    proc = subprocess.run([sys.executable, "-m", "tuner", "checkpoint", "export", str(step), "--out", str(streamed),
-                           "--max-shard-size", "60KB"], capture_output=True, text=True, env=tuner_env(), timeout=300)
+    proc = harness.tuner('checkpoint', 'export', str(step), '--out', str(streamed), '--max-shard-size', '60KB', timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     meta = ckpt.read_meta(step)
     s = Settings.from_dict(meta.manifest["settings"])

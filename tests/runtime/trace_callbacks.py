@@ -67,7 +67,7 @@ class Trace(TrainerCallback):
 
 def _logits(trainer) -> list:
     """Logits of the trained, still-sharded model on one fixed batch (the first two rows)."""
-    batch = trainer.fam.collate([trainer.train_ds[i] for i in range(2)])
+    batch = trainer.data.collate([trainer.train_ds[i] for i in range(2)])
     batch = {k: v.to(trainer.acc.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
     trainer.model.eval()
     with torch.no_grad():

@@ -6,7 +6,7 @@ import json
 import socket
 
 import pytest
-from tuner.compiler import compile_text
+from tuner.compiler.compile import compile_text
 from tuner.compiler.read import hardware
 from tuner.compiler.read.hardware import GIB, GpuInfo, HardwareFacts
 

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_file, compile_text
+from tuner.compiler.compile import compile_file, compile_text
 from tuner.compiler.memory.estimate import COMPARED, GIB, ModelSize, estimate
-from tuner.compiler.plan import model_facts
 from tuner.compiler.read.inputs import find_model
+from tuner.compiler.review import model_facts
 from tuner.tui.services import estimate_table
 
 from tests.conftest import run_tuner

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_file
+from tuner.compiler.compile import compile_file
 from tuner.compiler.memory.estimate import estimate
 
 from tests.conftest import run_tuner

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tuner.compiler import compile_file
+from tuner.compiler.compile import compile_file
 from tuner.compiler.memory.estimate import estimate
 from tuner.compiler.memory.lora import decoder_lora
 from tuner.compiler.memory.model import histogram

@@ -3,12 +3,11 @@ GPU margin, whose host RAM is checked, and the advice when nothing fits."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
-from tuner.compiler import compile_file, compile_text
+from tuner.compiler.compile import compile_file, compile_text
 from tuner.compiler.memory.activations import decoder_layer_values, image_tokens
 from tuner.compiler.memory.estimate import GIB, GPU_MARGIN, ModelSize, estimate
 from tuner.compiler.read.hardware import HardwareFacts

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from tuner.compiler import compile_file
+from tuner.compiler.compile import compile_file
 from tuner.tui.layout import STEP_IDS
 
 from .conftest import choose, make_app, type_into, widget

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tuner.compiler import compile_file
+from tuner.compiler.compile import compile_file
 from tuner.compiler.keys.schema import index
 from tuner.tui.fields import FieldRow
 from tuner.tui.layout import MERGED, STEPS, STRATEGY_KEYS
@@ -18,7 +18,7 @@ from tuner.tui.model import WizardState
 from tuner.tui.steps import AdvancedPart, StepPane
 
 from .conftest import make_app
-from .test_defects import LLAMA2_7B
+from .test_wizard_behaviours import LLAMA2_7B
 
 pytestmark = pytest.mark.tui
 

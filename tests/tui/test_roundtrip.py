@@ -7,8 +7,7 @@ import difflib
 import shutil
 
 import pytest
-
-from tuner.compiler import compile_file
+from tuner.compiler.compile import compile_file
 
 from .conftest import EXAMPLES, choose, make_app, type_into
 

@@ -113,7 +113,7 @@ async def test_the_memory_table_of_a_7b_model_is_not_wrapped_at_80x24(_wizard_en
     Review step has at 80x24: the widget is exactly as tall as the table's lines."""
     import json
 
-    from .test_defects import LLAMA2_7B
+    from .test_wizard_behaviours import LLAMA2_7B
 
     (_wizard_env / "llama-2-7b").mkdir()
     (_wizard_env / "llama-2-7b" / "config.json").write_text(json.dumps(LLAMA2_7B))

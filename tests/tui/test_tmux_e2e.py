@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tuner.compiler import compile_file
+from tuner.compiler.compile import compile_file
 
 from .tmux import Tmux
 from .tmux import ensure_tmux as _ensure_tmux

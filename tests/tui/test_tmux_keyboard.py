@@ -31,7 +31,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from tuner.compiler import compile_file
+from tuner.compiler.compile import compile_file
 from tuner.compiler.keys.schema import index
 from tuner.tui.layout import STEP_IDS, STEPS, STRATEGY_KEYS, advanced_keys, key_info
 from tuner.tui.model import WizardState

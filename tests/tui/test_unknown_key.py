@@ -5,7 +5,7 @@ kept; the save refusal names the section (`[model]`, not eaten as markup)."""
 from __future__ import annotations
 
 import pytest
-from tuner.compiler import compile_file
+from tuner.compiler.compile import compile_file
 from tuner.tui.model import SaveRefused, WizardState
 from tuner.tui.unknown import UnknownKeyScreen, find, remove, rename
 

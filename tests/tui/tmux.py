@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from tests.debian import require_package
+from tests.tiers import require_mark
 
 
 def ensure_tmux() -> str:
@@ -26,6 +27,7 @@ class Tmux:
     """One private tmux server (its own socket), so nothing else's sessions are touched."""
 
     def __init__(self, tmux: str, socket: str, target: str = "wiz") -> None:
+        require_mark("terminal", "drives a terminal (tmux)")
         self.base = [tmux, "-L", socket]
         self.target = target
 

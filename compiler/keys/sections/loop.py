@@ -8,18 +8,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...canonical import spellings
+from .. import spellings
+from ..choices import ClipMethod, EmaDevice, LrScheduler, MixedPrecision, Optimizer, StateDictType, TimestepSampling
 from ..declare import setting
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainingSettings:
     """The optimisation loop."""
 
     title: ClassVar[str] = "Training"
     step: ClassVar[str] = "precision"
-    mixed_precision: str = setting(
-        "no", aliases=("mixed_precision",), choices=("no", "fp16", "bf16"), spellings=spellings.precision,
+    mixed_precision: MixedPrecision = setting(
+        "no", aliases=("mixed_precision",), spellings=spellings.precision,
         accelerate=("mixed_precision",), order=0,
         help="Mixed precision.")
     micro_batch_size: int = setting(
@@ -34,8 +35,8 @@ class TrainingSettings:
     learning_rate: float = setting(
         0.0001, aliases=("learning_rate", "lr"), exclusive_minimum=0, order=3,
         help="Peak learning rate.")
-    optimizer: str = setting(
-        "adamw", aliases=("optimizer", "optim"), choices=("adamw", "adam", "sgd", "lion", "prodigy"),
+    optimizer: Optimizer = setting(
+        "adamw", aliases=("optimizer", "optim"),
         spellings=spellings.optimizer, order=6,
         help="Optimizer for non-DeepSpeed runs (lion needs the lion-pytorch package, prodigy prodigyopt).")
     optimizer_in_backward: bool = setting(
@@ -46,11 +47,8 @@ class TrainingSettings:
     weight_decay: float = setting(
         0.0, aliases=("weight_decay", "adam_weight_decay"), minimum=0,
         help="Weight decay.")
-    lr_scheduler: str = setting(
-        "constant", aliases=("lr_scheduler",),
-        choices=("constant", "linear", "cosine", "constant_with_warmup", "polynomial", "cosine_with_restarts",
-                 "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay"),
-        order=7,
+    lr_scheduler: LrScheduler = setting(
+        "constant", aliases=("lr_scheduler",), order=7,
         help="LR schedule (transformers.get_scheduler's names).")
     lr_end: float = setting(
         1e-7, aliases=("lr_end",), minimum=0,
@@ -73,8 +71,8 @@ class TrainingSettings:
     max_grad_norm: float = setting(
         1.0, aliases=("max_grad_norm",), minimum=0,
         help="Clip the global gradient norm (0 disables).")
-    clip_method: str = setting(
-        "norm", aliases=("grad_clip_method", "clip_method"), choices=("norm", "value"),
+    clip_method: ClipMethod = setting(
+        "norm", aliases=("grad_clip_method", "clip_method"),
         help="How max_grad_norm clips: the global norm, or each gradient value (value: not with DeepSpeed).")
     gradient_checkpointing: bool = setting(
         False, aliases=("gradient_checkpointing",), order=8,
@@ -97,8 +95,8 @@ class TrainingSettings:
     ema_decay: float = setting(
         0.999, aliases=("ema_decay",), minimum=0, maximum=1,
         help="EMA decay.")
-    ema_device: str = setting(
-        "cpu", aliases=("ema_device",), choices=("cpu", "accelerator"),
+    ema_device: EmaDevice = setting(
+        "cpu", aliases=("ema_device",),
         help="Where EMA shadows live (the seed's default is CPU).")
     # -- issue 35: diffusion objectives (runtime/families/diffusion/objectives.py) ----------
     flow_shift: float = setting(
@@ -108,8 +106,8 @@ class TrainingSettings:
         False, aliases=("flow_schedule_auto_shift",),
         help="Diffusion, flow matching: resolution-dependent shift (Flux's: larger buckets train noisier); "
              "replaces flow_shift.")
-    timestep_sampling: str = setting(
-        "uniform", aliases=("flow_timestep_sampling",), choices=("uniform", "logit_normal"),
+    timestep_sampling: TimestepSampling = setting(
+        "uniform", aliases=("flow_timestep_sampling",),
         help="Diffusion, flow matching: how training sigmas are drawn: uniform, or logit_normal (SD3's).")
     logit_mean: float = setting(
         0.0, aliases=("flow_logit_mean",),
@@ -125,14 +123,14 @@ class TrainingSettings:
         help="Diffusion: noise offset (a per-channel constant added to the noise; 0.05-0.1 is usual; 0 off).")
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckpointSettings:
     """Saving, resuming and exporting."""
 
     title: ClassVar[str] = "Checkpoints"
     step: ClassVar[str] = "checkpoints"
-    state_dict_type: str = setting(
-        "sharded", aliases=("fsdp_state_dict_type",), choices=("sharded", "full"),
+    state_dict_type: StateDictType = setting(
+        "sharded", aliases=("fsdp_state_dict_type",),
         spellings=spellings.STATE_DICT, accelerate=("fsdp_config.fsdp_state_dict_type",),
         accelerate_values={"sharded": "SHARDED_STATE_DICT", "full": "FULL_STATE_DICT"},
         order=0,

@@ -8,11 +8,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...canonical import spellings
+from .. import spellings
+from ..choices import (
+    BackwardPrefetch,
+    CommStrategy,
+    DeepspeedScheduler,
+    FsdpVersion,
+    OffloadDevice,
+    ShardingStrategy,
+    SpBackend,
+    ZeroStage,
+)
 from ..declare import setting
 
 
-@dataclass
+@dataclass(frozen=True)
 class FsdpSettings:
     """Fully Sharded Data Parallel (torch FSDP2, or the deprecated v1)."""
 
@@ -21,8 +31,8 @@ class FsdpSettings:
     enabled: bool = setting(
         False, aliases=("fsdp_enable", "use_fsdp"),
         help="Shard parameters, gradients and optimizer state with FSDP.")
-    version: int = setting(
-        2, aliases=("fsdp_version",), choices=(1, 2), spellings=spellings.fsdp_version,
+    version: FsdpVersion = setting(
+        2, aliases=("fsdp_version",), spellings=spellings.fsdp_version,
         accelerate=("fsdp_config.fsdp_version",),
         help="FSDP version: 2 (DTensor, per-parameter sharding) or 1 (flat parameters, deprecated).")
     reshard_after_forward: bool = setting(
@@ -58,18 +68,16 @@ class FsdpSettings:
         False, aliases=("fsdp_activation_checkpointing",),
         accelerate=("fsdp_config.fsdp_activation_checkpointing",), order=6,
         help="FSDP-native activation checkpointing of the wrapped blocks.")
-    sharding_strategy: str = setting(
+    sharding_strategy: ShardingStrategy = setting(
         "full_shard", aliases=("fsdp_sharding_strategy",),
-        choices=("full_shard", "shard_grad_op", "no_shard", "hybrid_shard"),
         accelerate=("fsdp_config.fsdp_sharding_strategy",), order=5,
         help="FSDP v1 sharding strategy (v2 uses reshard_after_forward).")
     forward_prefetch: bool | None = setting(
         None, aliases=("fsdp_forward_prefetch",), accelerate=("fsdp_config.fsdp_forward_prefetch",),
         help="FSDP v1: prefetch the next all-gather during forward (accelerate's fsdp_forward_prefetch). "
              "Unset: accelerate's default (off).")
-    backward_prefetch: str | None = setting(
+    backward_prefetch: BackwardPrefetch | None = setting(
         None, aliases=("fsdp_backward_prefetch",),
-        choices=("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH", None),
         accelerate=("fsdp_config.fsdp_backward_prefetch",),
         help="FSDP v1 backward prefetch (accelerate's fsdp_backward_prefetch). Unset: BACKWARD_PRE.")
     use_orig_params: bool | None = setting(
@@ -82,7 +90,7 @@ class FsdpSettings:
              " follows cpu_ram_efficient_loading (accelerate forces it on with RAM-efficient loading).")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DeepspeedSettings:
     """DeepSpeed ZeRO. Either builder fields, or a raw config in DeepSpeed's own JSON structure (an inline
     table or a path to a .json file), which wins where both say something."""
@@ -96,17 +104,17 @@ class DeepspeedSettings:
         {}, aliases=("deepspeed_config",),
         help="A raw DeepSpeed config: an inline table in DeepSpeed's JSON structure, or a path to a JSON "
              "file (relative to the settings file).")
-    zero_stage: int = setting(
-        2, aliases=("zero_stage",), choices=(0, 1, 2, 3), accelerate=("deepspeed_config.zero_stage",),
+    zero_stage: ZeroStage = setting(
+        2, aliases=("zero_stage",), accelerate=("deepspeed_config.zero_stage",),
         order=7,
         help="ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also parameters.")
-    offload_optimizer: str = setting(
-        "none", aliases=("offload_optimizer_device",), choices=("none", "cpu", "nvme"),
+    offload_optimizer: OffloadDevice = setting(
+        "none", aliases=("offload_optimizer_device",),
         spellings=spellings.offload, accelerate=("deepspeed_config.offload_optimizer_device",),
         order=8,
         help="Where optimizer state lives.")
-    offload_param: str = setting(
-        "none", aliases=("offload_param_device",), choices=("none", "cpu", "nvme"),
+    offload_param: OffloadDevice = setting(
+        "none", aliases=("offload_param_device",),
         spellings=spellings.offload, accelerate=("deepspeed_config.offload_param_device",),
         order=9,
         help="Where parameters live between uses (ZeRO-3 only).")
@@ -120,9 +128,8 @@ class DeepspeedSettings:
         help="DeepSpeed optimizer type. cpuadam and fusedadam are replaced by AdamW. Written to "
              "deepspeed.json only when set (or for ZeRO-Offload); otherwise tuner run builds "
              "training.optimizer in code.")
-    scheduler: str = setting(
+    scheduler: DeepspeedScheduler = setting(
         "WarmupLR", aliases=("deepspeed_scheduler",),
-        choices=("WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"),
         help="DeepSpeed LR scheduler type. Written to deepspeed.json only when set, and then it replaces "
              "training.lr_scheduler.")
     gradient_clipping: float = setting(
@@ -142,7 +149,7 @@ class DeepspeedSettings:
         help="Pin host memory used for offload.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ContextParallelSettings:
     """Context (sequence) parallelism: ring CP on top of FSDP2 (size), or Ulysses sequence
     parallelism under DeepSpeed (sp_*); CUDA only."""
@@ -153,8 +160,8 @@ class ContextParallelSettings:
         1, aliases=("context_parallel_size",), minimum=1,
         accelerate=("parallelism_config.parallelism_config_cp_size",), order=11,
         help="Ranks that split the sequence dimension; 1 disables it.")
-    comm_strategy: str = setting(
-        "allgather", aliases=("context_parallel_comm_strategy",), choices=("allgather", "alltoall"),
+    comm_strategy: CommStrategy = setting(
+        "allgather", aliases=("context_parallel_comm_strategy",),
         spellings=spellings.COMM, accelerate=("parallelism_config.parallelism_config_cp_comm_strategy",),
         order=12,
         help="Rotation: allgather (overlap, the default) or alltoall.")
@@ -163,8 +170,8 @@ class ContextParallelSettings:
         accelerate=("parallelism_config.parallelism_config_sp_size",), order=13,
         help="Ulysses sequence parallelism (accelerate's sp, run by DeepSpeed): ranks that split each sequence by "
              "attention heads; 1 disables it. Needs DeepSpeed; not together with context_parallel.size.")
-    sp_backend: str = setting(
-        "deepspeed", aliases=("sp_backend",), choices=("deepspeed",),
+    sp_backend: SpBackend = setting(
+        "deepspeed", aliases=("sp_backend",),
         accelerate=("parallelism_config.parallelism_config_sp_backend",), order=14,
         help="Who runs Ulysses sequence parallelism (accelerate 1.15 knows deepspeed only).")
     sp_seq_length_is_variable: bool = setting(

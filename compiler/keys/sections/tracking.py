@@ -26,7 +26,7 @@ def tracker_names(value: Any) -> Any:
     return value
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoggingSettings:
     """Trackers (TensorBoard, trackio, Weights & Biases, MLflow ...) through accelerate's tracker API, beside
     OUTPUT_DIR/metrics.jsonl."""

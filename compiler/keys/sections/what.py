@@ -6,25 +6,27 @@ Each field is one key, declared once with `setting` (see `compiler/keys/declare.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, get_args
 
-from ...canonical import spellings
+from .. import spellings
+from ..choices import DataFormat, ModelType, Pooling, TrainedFamily, trained_family
 from ..declare import setting
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelSettings:
     """What is trained."""
 
     title: ClassVar[str] = "Model"
     step: ClassVar[str] = "model"
     family: str = setting(
-        "causal_lm", aliases=("model_family",), open_choices=("causal_lm", "embedding", "diffusion"),
+        "causal_lm", aliases=("model_family",), open_choices=get_args(TrainedFamily),
         spellings=spellings.family, order=0,
         help="Model family tuner run trains: causal_lm (transformers), embedding (contrastive encoder) or "
              "diffusion (diffusers denoiser). Known names such as sdxl, flux, llama or bert are accepted "
              "and normalised; any other name (ltxvideo2, a SimpleTuner family) compiles, but tuner run "
              "refuses it.")
+
     flavour: str = setting(
         "", aliases=("model_flavour",), order=1,
         help="Family variant, e.g. unet or transformer for diffusion; free text otherwise. Part of the "
@@ -33,8 +35,8 @@ class ModelSettings:
         "builtin", aliases=("pretrained_model_name_or_path", "model_name"), order=2,
         help="A local model directory (from_pretrained), or 'builtin' / 'builtin:NAME' for a tiny "
              "configuration built locally.")
-    type: str = setting(
-        "full", aliases=("model_type",), choices=("full", "lora"), spellings=spellings.MODEL_TYPE,
+    type: ModelType = setting(
+        "full", aliases=("model_type",), spellings=spellings.MODEL_TYPE,
         order=3,
         help="Train every weight (full) or LoRA adapters only (lora).")
     base_precision: str = setting(
@@ -56,8 +58,8 @@ class ModelSettings:
         [], aliases=("lora_target_modules",), order=7,
         help="Module names LoRA adapts (e.g. [\"q_proj\", \"v_proj\"]); \"all-linear\" for every linear layer but "
              "the output head (PEFT's); empty picks the family's attention projections.")
-    pooling: str = setting(
-        "mean", aliases=("pooling",), choices=("mean", "cls", "last"), order=8,
+    pooling: Pooling = setting(
+        "mean", aliases=("pooling",), order=8,
         help="Embedding pooling.")
     mrl_dims: list[int] = setting(
         [], aliases=("mrl_dims",), item_minimum=1, order=9,
@@ -67,8 +69,13 @@ class ModelSettings:
         0.05, aliases=("temperature",), exclusive_minimum=0, order=10,
         help="InfoNCE temperature for embedding models.")
 
+    @property
+    def trained_family(self) -> TrainedFamily | None:
+        """`family` as one `tuner run` trains, or None (`choices.trained_family`)."""
+        return trained_family(self.family)
 
-@dataclass
+
+@dataclass(frozen=True)
 class DataSettings:
     """Training data."""
 
@@ -127,8 +134,8 @@ class DataSettings:
         False, aliases=("streaming",),
         help="Read the data as a stream (sets larger than host RAM): split across ranks without "
              "duplicates, resumable mid-epoch; needs training.max_steps.")
-    format: str = setting(
-        "auto", aliases=("dataset_format",), choices=("auto", "text", "chat", "instruction", "pairs"),
+    format: DataFormat = setting(
+        "auto", aliases=("dataset_format",),
         help="Row format: chat (a messages column), instruction (prompt/completion), text (raw), pairs "
              "(embedding); auto recognises it from the columns.")
     text_column: str = setting(
@@ -164,7 +171,7 @@ class DataSettings:
              "trains on every token.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class OutputSettings:
     """Where results go."""
 

@@ -8,18 +8,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...canonical import patterns, spellings
+from .. import patterns, spellings
+from ..choices import ClusterType, DynamoBackend, PlatformChoice, RdzvBackend
 from ..declare import setting
 
 
-@dataclass
+@dataclass(frozen=True)
 class HardwareSettings:
     """Where the run happens: target platform and topology."""
 
     title: ClassVar[str] = "Hardware"
     step: ClassVar[str] = "hardware"
-    platform: str = setting(
-        "auto", aliases=("platform",), choices=("auto", "cuda", "rocm", "mps", "cpu"),
+    platform: PlatformChoice = setting(
+        "auto", aliases=("platform",),
         spellings=spellings.lower, order=0,
         help="Target platform; auto detects it on the compiling machine (without importing torch). State "
              "it when compiling elsewhere, e.g. in CI.")
@@ -40,8 +41,8 @@ class HardwareSettings:
         29500, aliases=("main_process_port",), minimum=1, maximum=65535, accelerate=("main_process_port",),
         order=5,
         help="Rendezvous port on machine 0.")
-    rdzv_backend: str = setting(
-        "static", aliases=("rdzv_backend",), choices=("static", "c10d"), accelerate=("rdzv_backend",),
+    rdzv_backend: RdzvBackend = setting(
+        "static", aliases=("rdzv_backend",), accelerate=("rdzv_backend",),
         order=6,
         help="Rendezvous backend.")
     same_network: bool = setting(
@@ -59,7 +60,7 @@ class HardwareSettings:
         help="Host RAM per machine for the fit check; 0 uses what is detected.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class AccelerateSettings:
     """How the accelerate config is produced."""
 
@@ -68,11 +69,8 @@ class AccelerateSettings:
     base: str = setting(
         "", aliases=("base", "accelerate_config", "base_config"),
         help="An existing accelerate YAML to merge into; its other keys survive.")
-    dynamo_backend: str = setting(
+    dynamo_backend: DynamoBackend = setting(
         "no", aliases=("dynamo_backend",),
-        choices=("no", "eager", "aot_eager", "inductor", "aot_ts_nvfuser", "nvprims_nvfuser", "cudagraphs",
-                 "ofi", "fx2trt", "onnxrt", "tensorrt", "aot_torchxla_trace_once", "torchxla_trace_once", "tvm",
-                 "hpu_backend", "neuron"),
         help="torch dynamo backend accelerate applies.")
     parallelism_config: dict[str, Any] = setting(
         {}, aliases=("parallelism_config",),
@@ -81,15 +79,15 @@ class AccelerateSettings:
              "...), written into accelerate.yaml as given. Context parallelism is context_parallel.size.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClusterSettings:
     """How the job is started on several machines: a Slurm batch script or Kubernetes manifests beside the
     artefacts (launch.sh is always written for multi-machine builds)."""
 
     title: ClassVar[str] = "Cluster"
     step: ClassVar[str] = "hardware"
-    type: str = setting(
-        "none", aliases=("cluster_scheduler",), choices=("none", "slurm", "kubernetes"),
+    type: ClusterType = setting(
+        "none", aliases=("cluster_scheduler",),
         help="none: launch.sh only (one command per machine); slurm: also slurm.sbatch (one launcher per "
              "node through srun); kubernetes: also a Kubeflow Trainer v2 TrainJob and a v1 PyTorchJob.")
     job_name: str = setting(

@@ -8,9 +8,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .cache import Entry, LatentCache, digest, folder_fingerprint
+from ...data_sources.driver import rank_data
+from ...data_sources.image_sets import ImageDataset, image_digest, load_image
+from ...data_sources.latent_cache import Entry, LatentCache, digest, folder_fingerprint
 from .conditioning import TINY_TEXT_LEN, vae_latents
-from .data import ImageDataset, image_digest, load_image
 
 #: The family (`family.DiffusionFamily`; not imported: it imports this module).
 DiffusionFamily = Any
@@ -134,7 +135,8 @@ def report(fam: DiffusionFamily) -> dict[str, Any]:
 
     settings = dataclasses.replace(fam.settings, data=dataclasses.replace(fam.settings.data, cache_latents=False))
     fam.settings = fam.ctx.settings = settings
-    train, val = fam.build_datasets()
+    data = rank_data(fam)  # the ranks' own driver (no cache is built: cache_latents is off here)
+    train, val = data.train, data.val
     cache = make_cache(fam)
     prompts = fam.validation_prompts(val)[0] if fam.has_text() and val is not None else []
     entries = plan(cache, train, prompts) + (plan(cache, val) if val is not None else [])

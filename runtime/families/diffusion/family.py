@@ -8,21 +8,19 @@ attributes of the family (`conditioning`), moved to the batch's device, never wr
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
+from ...data_sources.image_batches import prompts_of
 from ..base import Family, FamilyContext, FamilyError
 from ..lora import apply_lora
-from .buckets import BucketBatchSampler
+from ..recipes import ImageData
 from .conditioning import TextConditioner, load_text_conditioner, load_vae, vae_latents
-from .data import DATA_DIR, ImageDataset, load_image, split_rows, validation_prompts
 from .denoiser import DEFAULT_BY_FLAVOUR, DENOISER_DIRS, is_flow_matching, noisy_inputs, tiny_denoiser_config
 from .ema import EMA
 from .family_export import export
 from .objectives import Objective
 from .pipeline import make_pipeline, save_images
-from .sources import check_captions, is_dataset_source, read_image_dataset, read_image_folder
 from .tuner_pipeline import denoise, kind_of
 
 #: Default LoRA targets: the attention projections of diffusers' attention blocks.
@@ -175,51 +173,25 @@ class DiffusionFamily(Family):
         wanted: list[str] = [c for c in ("BasicTransformerBlock", "JointTransformerBlock", "ResnetBlock2D") if c in found]
         return wanted or list(getattr(model, "_no_split_modules", None) or [])
 
-    # -- data -----------------------------------------------------------------------
-    def build_datasets(self):
-        d = self.settings.data
-        rows, table = self._read(d.path)
-        dropout: dict[str, Any] = dict(caption_dropout=d.caption_dropout, seed=self.ctx.seed + self.ctx.rank)
-        val: ImageDataset | None
-        if d.validation_path:
-            val_rows, val_table = self._read(d.validation_path)
-            train, val = self._dataset(rows, table, **dropout), self._dataset(val_rows, val_table)
-        else:
-            train_rows, val_rows = split_rows(rows, d.validation_split, self.ctx.seed)
-            train = self._dataset(train_rows, table, **dropout)
-            val = self._dataset(val_rows, table) if val_rows else None
-        if d.cache_latents:
+    # -- data (runtime/data_sources/ reads and batches it) ------------------------------
+    def data_recipe(self) -> ImageData:
+        """Each image at its own bucket (sides a multiple of `_multiple`); DiT unpatchifies
+        to a square, so it gets the square only; captions tokenised when the model takes text."""
+        square = kind_of(self.denoiser_config()["_class_name"]) == "dit"
+        return ImageData(multiple=self._multiple(), square=square,
+                         tokenize=self._tokenize if self.has_text() else None)
+
+    def _tokenize(self, captions: list[str]) -> dict[str, Any]:
+        cond = self.conditioner()
+        return cond.tokenize(captions) if cond is not None else {}
+
+    def prepare_examples(self, train, val) -> None:
+        """Every image's latent and every caption's embedding into the cache (`cached`)."""
+        if self.settings.data.cache_latents:
             from . import cached
 
             prompts = self.validation_prompts(val)[0] if self.has_text() and val is not None else []
             self.cache, self.encoded = cached.build(self, [train, val], prompts)
-        return train, val
-
-    def _dataset(self, rows, table, **kw) -> ImageDataset:
-        """Each image at its own bucket; DiT unpatchifies to a square, so it gets the square only."""
-        square = kind_of(self.denoiser_config()["_class_name"]) == "dit"
-        return ImageDataset(rows, self.settings.data.resolution, self._multiple(), table, square=square, **kw)
-
-    def batch_sampler(self, ds, training, world: int, shuffle: bool):
-        """Every optimizer step's global batch from one bucket (`buckets`); validation: one
-        accumulation step, unshuffled."""
-        accumulation = training.gradient_accumulation_steps if shuffle else 1
-        return BucketBatchSampler(ds.bucket_of, training.micro_batch_size, world, accumulation, self.ctx.seed, shuffle)
-
-    def _read(self, path: str):
-        """(rows, datasets table or None) of ``data.path`` or ``data.validation_path``;
-        captions are checked when the denoiser is text-conditioned."""
-        d = self.settings.data
-        src = DATA_DIR if path == "builtin" else self.ctx.resolve(path)
-        if is_dataset_source(src):
-            rows, table = read_image_dataset(src, d.image_column, d.caption_column)
-        else:
-            rows, table = read_image_folder(src, d.caption_column), None
-        if kind_of(self.denoiser_config()["_class_name"]) != "dit":  # text-conditioned
-            warning = check_captions(rows, str(src), d.caption_dropout)
-            if warning and self.ctx.rank == 0:
-                print(f"tuner run: {warning}", file=sys.stderr, flush=True)
-        return rows, table
 
     def _multiple(self) -> int:
         cfg = self.denoiser_config()
@@ -229,22 +201,6 @@ class DiffusionFamily(Family):
         if self._builtin() is None and (self._folder() / "vae").is_dir():
             mult *= 8
         return max(8, mult)
-
-    def collate(self, samples):
-        """Cached latents and embeddings stacked; or images loaded at the batch's bucket (the
-        first item's: the sampler gives a batch one bucket) and captions tokenised."""
-        import torch
-
-        batch = {"labels": torch.tensor([int(s["label"]) for s in samples])}
-        if "latents" in samples[0]:
-            batch.update({k: torch.stack([s[k] for s in samples]) for k in ("latents", "hidden", "pooled")
-                          if k in samples[0]})
-            return batch
-        batch["pixel_values"] = torch.stack([load_image(s["image"], samples[0]["size"]) for s in samples])
-        cond = self.conditioner()
-        if cond is not None:
-            batch.update(cond.tokenize([s["caption"] for s in samples]))
-        return batch
 
     def batch_units(self, batch) -> int:
         return int(batch["labels"].shape[0])
@@ -303,7 +259,7 @@ class DiffusionFamily(Family):
 
     # -- validation -------------------------------------------------------------------
     def validation_prompts(self, val_ds) -> tuple[list[str], list[int]]:
-        return validation_prompts(val_ds.rows if val_ds is not None else read_image_folder(DATA_DIR))
+        return prompts_of(val_ds)
 
     def evaluate(self, model, batches, accelerator) -> dict[str, float]:
         """Validation loss at fixed noise, then images from the pipeline around the sharded model."""

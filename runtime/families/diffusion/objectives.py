@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ....compiler.keys.choices import TimestepSampling
+
 #: diffusers' ``calculate_shift`` defaults (Flux's scheduler config).
 BASE_SEQ, MAX_SEQ, BASE_SHIFT, MAX_SHIFT = 256, 4096, 0.5, 1.15
 
@@ -29,7 +31,7 @@ BASE_SEQ, MAX_SEQ, BASE_SHIFT, MAX_SHIFT = 256, 4096, 0.5, 1.15
 class Objective:
     shift: float = 1.0
     auto_shift: bool = False
-    sampling: str = "uniform"
+    sampling: TimestepSampling = "uniform"
     logit_mean: float = 0.0
     logit_std: float = 1.0
     snr_gamma: float = 0.0

@@ -62,7 +62,7 @@ def evaluate_retrieval(model: nn.Module, tokenizer: Any, rows: list[dict], seq_l
 def gather_heldout(model: nn.Module, batches: Any, accelerator: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """(queries, positives) embeddings of the whole held-out split on every rank, as float CPU
     tensors: each rank embeds its share of `PairCollator` batches, then they are gathered."""
-    from .data import batch_size_of
+    from ...data_sources.pairs import batch_size_of
 
     qs, ps = [], []
     with torch.no_grad():

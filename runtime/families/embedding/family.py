@@ -7,10 +7,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ...data_sources.pairs import batch_size_of
 from ..base import Family, FamilyContext, FamilyError
 from ..lora import apply_lora
+from ..recipes import PairData
 from ..text import build_tiny_tokenizer, load_padded_tokenizer
-from .data import PairCollator, PairDataset, batch_size_of, read_pairs, split_pairs
 from .evaluate import gather_heldout, retrieval_report
 from .export import export_embedding_model
 from .loss import contrastive_loss
@@ -29,7 +30,6 @@ class EmbeddingFamily(Family):
     def __init__(self, ctx: FamilyContext) -> None:
         super().__init__(ctx)
         self._tokenizer = None
-        self.val_rows: list[dict] = []
 
     def _path(self) -> str:
         p = self.settings.model.path.strip()
@@ -89,27 +89,9 @@ class EmbeddingFamily(Family):
         base = enc.get_base_model() if hasattr(enc, "get_base_model") else enc
         return list(getattr(base, "_no_split_modules", None) or [])
 
-    # -- data -----------------------------------------------------------------------
-    def build_datasets(self):
-        d = self.settings.data
-        try:
-            rows = read_pairs("builtin" if d.path == "builtin" else self.ctx.resolve(d.path), d)
-            if d.validation_path:
-                train, val = rows, read_pairs(self.ctx.resolve(d.validation_path), d)
-            else:
-                train, val = split_pairs(rows, d.validation_split, seed=self.ctx.seed)
-        except (OSError, ValueError) as exc:
-            raise FamilyError(f"embedding data: {exc}") from None
-        self.val_rows = val
-        return PairDataset(train), (PairDataset(val) if val else None)
-
-    def check_data(self) -> str:
-        """Before any rank starts (`tuner run`'s launcher): read and check the pairs."""
-        train, val = self.build_datasets()
-        return f"data: {self.settings.data.path}: {len(train)} training pairs, {len(val) if val else 0} held out"
-
-    def collate(self, samples):
-        return PairCollator(self.tokenizer(), self.settings.data.seq_len)(samples)
+    # -- data (runtime/data_sources/pairs.py reads and batches it) ---------------------
+    def data_recipe(self) -> PairData:
+        return PairData(tokenizer=self.tokenizer())
 
     def batch_units(self, batch) -> int:
         return batch_size_of(batch)[0]

@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ....compiler.keys.choices import Pooling
+
 
 def tiny_bert_config(vocab_size: int):
     """A two-layer, 32-wide BERT: seconds per hundred steps on one CPU core."""
@@ -77,7 +79,7 @@ class EmbeddingModel(nn.Module):
     wrap it; normalisation happens in the loss, per Matryoshka dimension.
     """
 
-    def __init__(self, encoder: nn.Module, pooling: str = "mean"):
+    def __init__(self, encoder: nn.Module, pooling: Pooling = "mean"):
         super().__init__()
         self.encoder = encoder
         self.pooling = pooling

@@ -1,0 +1,1 @@
+"""The review stage: the plan checked against the model, the machine and the libraries."""
