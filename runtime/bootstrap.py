@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 2 or (argv[1] == "-m" and len(argv) < 3):
         return _usage()
-    from . import cpu_shim, rank_guard
+    from . import cpu_shim, knobs, rank_guard
     from .artefacts import RunError, load
 
     rank_guard.install()
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         if strategy.is_deepspeed and not torch.distributed.is_initialized():
             import deepspeed
 
-            timeout = timedelta(seconds=float(os.environ.get("TUNER_PG_TIMEOUT", "300")))
+            timeout = timedelta(seconds=knobs.pg_timeout_s())
             deepspeed.init_distributed(dist_backend="gloo", timeout=timeout, auto_mpi_discovery=False)
         try:
             cpu_shim.install(strategy, arts.plan.distributed_type)

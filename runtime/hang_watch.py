@@ -32,9 +32,9 @@ import threading
 import time
 from pathlib import Path
 
+from . import knobs
 from .rank_guard import RANKS_DIR
 
-HANG_S = float(os.environ.get("TUNER_HANG_S", "25"))
 POLL_S = 1.0
 
 
@@ -84,8 +84,8 @@ def culprit(ranks: dict[int, dict], now: float, bound: float) -> str | None:
 class HangWatch:
     """Started by the launcher before its ranks; `cause` is set once it stopped them."""
 
-    def __init__(self, output_dir: Path, bound: float = HANG_S) -> None:
-        self.output_dir, self.bound = Path(output_dir), bound
+    def __init__(self, output_dir: Path, bound: float | None = None) -> None:
+        self.output_dir, self.bound = Path(output_dir), bound if bound is not None else knobs.hang_s()
         self.started = time.time()
         self.cause: str | None = None
         self.stacks: Path | None = None
@@ -123,9 +123,7 @@ class HangWatch:
             stack = self.output_dir / RANKS_DIR / f"rank-{r['rank']}.stack"
             _signal(r["pid"], signal.SIGUSR1)
             _signal(r["pid"], signal.SIGCONT)
-            deadline = time.monotonic() + 3.0
-            while time.monotonic() < deadline and not _size(stack):
-                time.sleep(0.01)
+            _wait_written(stack)
             _signal(r["pid"], signal.SIGSTOP)
         for r in mine:
             _signal(r["pid"], signal.SIGKILL)
@@ -139,6 +137,19 @@ class HangWatch:
             self.stacks = folder
         except OSError:
             self.stacks = None
+
+
+def _wait_written(stack: Path, limit_s: float = 3.0, still_s: float = 0.3) -> None:
+    """Until the rank's dump is whole: written and no longer growing (faulthandler writes it
+    thread by thread; stopped at its first bytes, a loaded rank's dump lacked its main thread)."""
+    deadline, size, since = time.monotonic() + limit_s, -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now = _size(stack)
+        if now != size:
+            size, since = now, time.monotonic()
+        elif size and time.monotonic() - since >= still_s:
+            return
+        time.sleep(0.02)
 
 
 def _size(path: Path) -> int:

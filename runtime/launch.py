@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..compiler.diagnostics import EXIT_OK, EXIT_RANK_FAILED, EXIT_USAGE
+from . import knobs
 from .artefacts import Artefacts
 from .launch_env import Topology, accelerate_env, config_flags, free_port, port_taken, port_taken_message
 
@@ -43,8 +44,6 @@ MONITOR_INTERVAL_S = 0.5
 STOP_GRACE_S = 10
 #: Upper bound from a rank's death to `tuner run` exiting (monitor + grace + teardown slack).
 DEATH_BOUND_S = MONITOR_INTERVAL_S + STOP_GRACE_S + 20
-#: Rendezvous wait: how long the first machine waits for the others to join.
-RDZV_TIMEOUT_S = int(os.environ.get("TUNER_RDZV_TIMEOUT", "300"))
 
 
 @dataclass
@@ -102,6 +101,7 @@ def launch(arts: Artefacts, entry: Entry, topo: Topology | None = None) -> int:
     # A package the build needs and this installation lacks (DeepSpeed, diffusers, peft come
     # with their own extras): one message naming the extra, before any rank starts.
     check_installed(arts, trains=entry.module == "tuner.runtime.worker")
+    knobs.check()  # a bad TUNER_HANG_S / _PG_TIMEOUT / _RDZV_TIMEOUT is named before any rank starts
     if arts.plan.uses_deepspeed:  # a build lock left by a killed build would hang every rank, silently
         from .artefacts import RunError
         from .op_cache import refuse_stale
@@ -183,7 +183,9 @@ def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
         try:
             return _launch_cpu_once(arts, entry, topo, nproc)
         except _PortRaced:
-            pass
+            print(f"{entry.command}: the rendezvous port {topo.main_port} was free when looked at and taken when "
+                  f"bound (another program or run); starting the ranks on a port the system picks", file=sys.stderr,
+                  flush=True)
     print(port_taken_message(entry.command, topo.main_port), file=sys.stderr)
     return EXIT_RANK_FAILED
 
@@ -273,7 +275,7 @@ def launch_config(topo: Topology, nproc: int, endpoint: str, run_id: str):
         rdzv_backend="c10d", rdzv_endpoint=endpoint,
         # Machine 0 hosts the rendezvous store; the others only connect (on one host, as in
         # the tests, torch's hostname heuristic would make every machine try to host it).
-        rdzv_configs={"timeout": RDZV_TIMEOUT_S, "is_host": topo.machine_rank == 0},
+        rdzv_configs={"timeout": knobs.rdzv_timeout_s(), "is_host": topo.machine_rank == 0},
         max_restarts=0, monitor_interval=MONITOR_INTERVAL_S, start_method="spawn", **grace,
     )
 

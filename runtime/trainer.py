@@ -21,7 +21,7 @@ import torch
 
 from ..compiler.plan.strategy import Strategy
 from . import checkpoint as ckpt
-from . import cpu_shim, portable_state, rank_guard, resume_rules, tracking
+from . import cpu_shim, knobs, portable_state, rank_guard, resume_agree, resume_rules, tracking
 from .artefacts import Artefacts, RunError
 from .callbacks import Callbacks
 from .checkpoint_io import quick_save
@@ -32,9 +32,6 @@ from .full_disk import full_disk_named
 from .memory import rank_state_bytes
 from .optim import offload_optimizer_block, optimizer_and_scheduler
 from .progress import Reporter
-
-#: Process-group timeout: a collective waiting this long for a dead peer fails the rank.
-PG_TIMEOUT_S = float(os.environ.get("TUNER_PG_TIMEOUT", "300"))
 
 
 class Trainer:
@@ -67,7 +64,7 @@ class Trainer:
         from accelerate import Accelerator
         from accelerate.utils import DataLoaderConfiguration, InitProcessGroupKwargs, set_seed
 
-        timeout = timedelta(seconds=PG_TIMEOUT_S)
+        timeout = timedelta(seconds=knobs.pg_timeout_s())
         if self.is_ds:
             import deepspeed
 
@@ -206,7 +203,9 @@ class Trainer:
         self.step, self.epoch, self.batches_in_epoch, self.tokens_seen = 0, 0, 0, 0
         if self.main:
             ckpt.remove_partial(self.ckdir)
-        path = ckpt.resolve_resume(self.resume_arg, self.out)
+        # every rank the same checkpoint, or none trains: runtime/resume_agree.py
+        path = resume_agree.agreed(lambda: ckpt.resolve_resume(self.resume_arg, self.out), self.ckdir) \
+            if self.resume_arg else None
         if path is None:
             if self.resume_arg:
                 self.say(f"no checkpoint to resume in {self.ckdir}; starting fresh")

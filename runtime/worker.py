@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> int:
                     new_global_batch=args.new_global_batch).train()
         _shutdown()
     except (RunError, FamilyError) as exc:
-        if rank == "0":
+        if os.environ.get("LOCAL_RANK", rank) == "0":  # once per machine: each launcher's log says why
             print(f"tuner run: {exc}", file=sys.stderr, flush=True)
         # Give rank 0 time to print before the launcher tears the others down.
         return getattr(exc, "exit_code", 2)

@@ -1,13 +1,15 @@
 """Rank-divergent faults for tests/reliability/processes/test_rank_divergent_faults.py: a callback module a
 test copies into its project folder and names with ``tuner run --callback rank_faults:Fault``.
 ``TUNER_TEST_FAULT`` picks the fault; the rank that injects it first writes ``fault.time``
-(when) into the project folder, so that the test measures from the fault to the run's end."""
+(when) into the project folder, so that the test measures from the fault to the run's end.
+(``partial_checkpoint`` is not injected here: the test lays the checkpoints out before the run.)"""
 
 from __future__ import annotations
 
 import errno
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -56,6 +58,11 @@ class Fault:
         if FAULT == "slow_validation" and rank == 0:  # the person's own validation, on rank 0 only
             _mark()
             time.sleep(3600)
+        if FAULT == "deadlock" and rank == 1:  # the person's code takes a lock it already holds
+            _mark()
+            lock = threading.Lock()
+            lock.acquire()
+            lock.acquire()
         if FAULT == "partial_collective" and rank == 0:  # a collective only rank 0 calls
             _mark()
             dist.all_reduce(torch.ones(7))

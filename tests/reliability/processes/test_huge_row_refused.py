@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.conftest import run_env
+from tests.reliability.processes.processes import leftovers
 
 pytestmark = pytest.mark.slow  # starts tuner processes (and ranks)
 
@@ -82,4 +83,5 @@ def test_a_100_mb_row_is_refused_within_2_gb(tmp_path):
         assert "split the document" in err and "Traceback" not in err, err[-2000:]
         assert peak < base + BOUND, (cmd, figures)
         assert not (big / "out").exists() or not any((big / "out").glob("metrics.jsonl"))  # no rank started
+        assert not leftovers(str(big)), leftovers(str(big))  # no process of the run left
     print("peak RSS MiB:", figures)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.conftest import run_env
+from tests.reliability.processes.processes import leftovers
 
 pytestmark = pytest.mark.slow  # starts tuner processes (and ranks)
 
@@ -79,6 +80,7 @@ def test_a_stale_build_lock_is_named_within_10_s(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert chk.returncode != 0 and f"rm {lock}" in chk.stdout + chk.stderr, (chk.stdout + chk.stderr)[-3000:]
     assert "Traceback" not in chk.stdout + chk.stderr
+    assert not leftovers(str(tmp_path)), leftovers(str(tmp_path))  # no rank or rehearsal left waiting on the lock
 
 
 def test_a_live_build_is_not_stale(tmp_path):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.reliability.conftest import run_env
+from tests.reliability.processes.processes import leftovers
 
 pytestmark = pytest.mark.slow  # starts tuner processes (and ranks)
 
@@ -108,6 +109,7 @@ def test_racing_real_runs_train_their_own_settings(tmp_path, same_folder):
     got = _race(tmp_path)
     for p in got.values():
         assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert not leftovers(str(tmp_path)), leftovers(str(tmp_path))  # neither run left a rank behind
     if not same_folder:
         for name, out, steps, fsdp in (("a", out_a, 2, False), ("b", out_b, 3, True)):
             assert got[name].returncode == 0, (name, got[name].stderr[-3000:])
