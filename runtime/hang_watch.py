@@ -139,17 +139,31 @@ class HangWatch:
             self.stacks = None
 
 
-def _wait_written(stack: Path, limit_s: float = 3.0, still_s: float = 0.3) -> None:
-    """Until the rank's dump is whole: written and no longer growing (faulthandler writes it
-    thread by thread; stopped at its first bytes, a loaded rank's dump lacked its main thread)."""
+def _wait_written(stack: Path, limit_s: float = 8.0, still_s: float = 1.0) -> None:
+    """Until the rank's dump is whole. faulthandler writes the threads newest first, so a whole
+    dump ends with the main thread's outermost frame (runpy's ``_run_module_as_main``, or a
+    ``<module>`` frame; ``...`` where the stack was deeper than faulthandler prints). Without that
+    ending: until it has stopped growing for ``still_s`` (a rank starved of CPU on a loaded
+    machine pauses mid-dump: a 0.3 s pause once cut a dump after its first threads)."""
     deadline, size, since = time.monotonic() + limit_s, -1, time.monotonic()
     while time.monotonic() < deadline:
         now = _size(stack)
         if now != size:
             size, since = now, time.monotonic()
-        elif size and time.monotonic() - since >= still_s:
+        elif size and (_whole(stack) or time.monotonic() - since >= still_s):
             return
         time.sleep(0.02)
+
+
+def _whole(stack: Path) -> bool:
+    try:
+        with stack.open("rb") as f:
+            f.seek(max(0, _size(stack) - 512))
+            lines = f.read().rstrip().splitlines()
+    except OSError:
+        return False
+    last = lines[-1].strip() if lines else b""
+    return b"_run_module_as_main" in last or b"in <module>" in last or last == b"..."
 
 
 def _size(path: Path) -> int:
