@@ -60,10 +60,12 @@ def run(args) -> int:
 
 
 def _run_locked(args, target: Path, run_build, files: dict[str, bytes], arts: Artefacts) -> int:
+    from ..runtime.extras import check_installed
     from ..runtime.launch import Topology, launch, worker_entry
     from ..runtime.run_lock import acquire_run_lock, check_output_dir
 
     _check_trainable(arts)
+    check_installed(arts, trains=True)  # a missing package is named first: before the op cache, the data
     if arts.plan.uses_deepspeed:  # before anything slow: a stale build lock would hang every rank
         from ..runtime.op_cache import refuse_stale
 
@@ -79,9 +81,6 @@ def _run_locked(args, target: Path, run_build, files: dict[str, bytes], arts: Ar
         resume = check_output_dir(arts.output_dir, args.resume or arts.settings.checkpoint.resume, str(target))
         new_batch = bool(getattr(args, "new_global_batch", False))
         resume = _check_resume(arts, resume, args.max_steps, new_batch)
-        from ..runtime.extras import check_installed
-
-        check_installed(arts, trains=True)  # a missing package is named before the data is read
         _check_data(arts)
         _clear_stale_offload(arts)
         # From here the run reads only its own copy of the build, beside the lock: written last,

@@ -18,10 +18,11 @@ from tuner.runtime.extras import EXTRA_OF, install_hint
 from tests.conftest import EXAMPLES, run_tuner
 
 
-def _hidden_run(tmp_path, package: str, argv: list[str]) -> subprocess.CompletedProcess:
+def _hidden_run(tmp_path, package: str, argv: list[str], env=None) -> subprocess.CompletedProcess:
     code = (f"import sys; sys.modules[{package!r}] = None\n"
             f"from tuner.commands.cli import main; sys.exit(main({argv!r}))")
-    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env=env)
 
 
 def _build(tmp_path, example: str) -> str:
@@ -43,6 +44,25 @@ def test_tuner_run_names_the_extra_of_a_missing_package(tmp_path, example, packa
     assert f"needs {package}, which is not installed: pip install 'tuner-train[{extra}]'" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert not (tmp_path / "out" / "checkpoints").exists(), "no rank started"
+
+
+def test_a_missing_deepspeed_is_named_before_the_state_of_its_op_builds(tmp_path):
+    """Without DeepSpeed installed, its op builds do not matter: the one line names the extra,
+    not a build lock (the whole suite once met a build in progress here, printed first)."""
+    import os
+    import signal
+
+    build = _build(tmp_path, "zero1")
+    lock = tmp_path / "ext" / "cpu_adam" / "lock"
+    lock.parent.mkdir(parents=True)
+    code = f"import os, signal; os.open({str(lock)!r}, os.O_CREAT | os.O_EXCL); os.kill(os.getpid(), signal.SIGKILL)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == -signal.SIGKILL  # a killed build's lock
+    p = _hidden_run(tmp_path, "deepspeed", ["run", build], env={**os.environ, "TORCH_EXTENSIONS_DIR": str(lock.parent.parent)})
+    assert p.returncode == EXIT_USAGE, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        "tuner run: this build's strategy (zero1) needs deepspeed, which is not installed: "
+        "pip install 'tuner-train[deepspeed]'"], p.stderr
+    assert lock.exists()
 
 
 def test_tuner_launch_of_a_deepspeed_build_names_the_extra(tmp_path):

@@ -112,15 +112,15 @@ class Components:
         """The noise schedule of training: flow matching as is; a sampling-only scheduler
         (SDXL's EulerDiscreteScheduler) as the DDPMScheduler of its config, as diffusers'
         training scripts make it."""
-        if self._train_scheduler is None:
+        sched = self.scheduler()
+        if self._train_scheduler is None or self._train_scheduler[0] is not sched:  # made from this one
             import diffusers
 
-            sched = self.scheduler()
             if "FlowMatch" in type(sched).__name__ or isinstance(sched, diffusers.DDPMScheduler):
-                self._train_scheduler = sched
+                self._train_scheduler = (sched, sched)
             else:
-                self._train_scheduler = diffusers.DDPMScheduler.from_config(sched.config)
-        return self._train_scheduler
+                self._train_scheduler = (sched, diffusers.DDPMScheduler.from_config(sched.config))
+        return self._train_scheduler[1]
 
     def conditioner(self) -> TextConditioner | real_models.PipelineText | None:
         """The frozen text side (None for class-conditional denoisers)."""
