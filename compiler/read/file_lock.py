@@ -92,7 +92,7 @@ def _check(fd: int, path: Path, created: bool) -> None:
     if not stat.S_ISREG(info.st_mode):
         raise LockRefused(errno.EEXIST, f"{path} is not a regular file; tuner keeps its lock there: move it away",
                           str(path))
-    if info.st_nlink != 1:
+    if info.st_nlink > 1:  # 0: removed since it was opened (a holder releasing it): hold_lock looks again
         raise LockRefused(errno.EEXIST, f"{path} has {info.st_nlink} hard links; tuner writes into its lock file "
                           "and will not change another name's contents: remove it (tuner recreates it)", str(path))
     if not created and info.st_size and not _is_record(fd):
@@ -137,7 +137,8 @@ def hold_lock(path: str | os.PathLike, shared: bool = False, wait_s: float = 0.0
             busy = exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES) and not isinstance(exc, LockRefused)
             holder = describe_holder(fd) if busy else ""
             if created and not busy:
-                os.unlink(path)
+                with contextlib.suppress(FileNotFoundError):  # already removed by a holder releasing it
+                    os.unlink(path)
             os.close(fd)
             if not busy:
                 raise
