@@ -17,10 +17,16 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 VARIANTS = ["zero2", "zero1_bf16", "zero2_offload_bf16"]
+#: deepspeed.initialize JIT-builds its ops here (the shared-memory collectives, fused Adam, CPU Adam
+#: for the offloaded optimizer): not in the fast tier, which builds none
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> Path:
+    from tests.ops_wait import wait_for_ops
+
+    wait_for_ops()
     out = tmp_path_factory.mktemp("zero")
     proc = subprocess.run([sys.executable, str(HERE / "zero_fake_ranks.py"), str(out), *VARIANTS],
                           capture_output=True, text=True, timeout=600)

@@ -198,7 +198,7 @@ def _stack_problems(fault: str, r: dict, said: str) -> list[str]:
     why = [] if {f.name for f in files} == {"rank-0.txt", "rank-1.txt"} else [f"stacks: {[f.name for f in files]}"]
     # the frame, where the hang is the person's own code (a stopped rank's dump was once cut short
     # after its first threads, at a load of 3.7: docs/reliability.md)
-    if fault in ("slow_validation", "deadlock") and not any("rank_faults.py" in f.read_text(errors="replace")
+    if fault in ("slow_validation", "deadlock", "sigstop") and not any("rank_faults.py" in f.read_text(errors="replace")
                                                              for f in files):
         why.append("no stack shows the fault's frame (rank_faults.py)")
     return why
