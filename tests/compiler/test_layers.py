@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_import_contracts import _module_file
+
 REPO = Path(__file__).resolve().parents[2]
 COMPILER = REPO / "compiler"
 
@@ -35,14 +37,6 @@ def layer_of(path: Path) -> int | None:
     """The index in LAYERS of a module under compiler/ (None: not placed)."""
     first = path.relative_to(COMPILER).parts[0]
     return LAYERS.index(first) if first in LAYERS else None
-
-
-def _module_file(base: Path) -> Path | None:
-    if base.with_suffix(".py").is_file():
-        return base.with_suffix(".py")
-    if (base / "__init__.py").is_file():
-        return base / "__init__.py"
-    return None
 
 
 def compiler_imports(path: Path, tree: ast.AST) -> list[tuple[int, Path]]:

@@ -16,6 +16,7 @@ from tuner.runtime.artefacts import RunError, load
 from tuner.runtime.launch_env import Topology, accelerate_env
 
 from tests import harness
+from tests.reliability.processes.processes import leftovers
 
 MULTI = """[hardware]
 platform = "cpu"
@@ -198,19 +199,5 @@ def test_one_machine_launch_that_loses_its_port_to_a_race_tries_another(tmp_path
     said = [line for line in p.stderr.splitlines() if line.startswith("tuner launch: ")]
     assert len(said) == 1 and f"port {held} was free when looked at and taken when bound" in said[0], p.stderr[-3000:]
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
-    assert not _processes_naming(str(tmp_path)), _processes_naming(str(tmp_path))  # no rank left behind
+    assert not leftovers(str(tmp_path)), leftovers(str(tmp_path))  # no rank left behind
 
-
-def _processes_naming(marker: str) -> list[str]:
-    import os
-    from pathlib import Path
-
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if marker in cmd and int(pid) != os.getpid():
-            found.append(f"{pid}: {cmd[:200]}")
-    return found
