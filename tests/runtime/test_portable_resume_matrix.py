@@ -5,8 +5,8 @@ resume that loses the optimizer state, the LR schedule or the data position.
 Each resume below starts from a checkpoint of the run above it and goes on to step 14, so that
 run is the uninterrupted reference of the resume's steps, and the resume's own checkpoints are
 the next link's source: one launch both proves a resume and writes the next one's checkpoint
-(checkpoints every 2 steps; global batch 8 = micro x accumulation x ranks throughout; 64 rows,
-8 steps an epoch; a constant LR after 2 warm-up steps):
+(checkpoints every 2 steps; global batch 8 = micro x accumulation x ranks throughout; the packed
+rows make 7 steps an epoch; a constant LR after 2 warm-up steps):
 
     R  ddp   2 ranks, micro 4                            steps 1-14 (the only run from scratch)
     |- s2 -> ddp 4 ranks, micro 1 x accum 2               DDP at another world size and accumulation
@@ -184,8 +184,10 @@ def test_resume_at_another_world_size_continues_the_same_training(matrix, name):
         assert (run.out / "checkpoints" / f"universal-step-{step}" / "pytorch_model" / "zero").is_dir()
     if name.startswith("fsdp2-full"):  # a full state dict, written and read
         assert (run.out / "checkpoints" / "step-8" / "pytorch_model_fsdp.bin").is_file()
-    if name.startswith("fsdp2-w"):  # DCP's sharded files, written and read; the position re-cut in samples
-        assert f"at step {step} (epoch 1, batch {(step - 8) * 8 // (micro * world)})" in run.output
+    if name.startswith("fsdp2-w"):  # DCP's sharded files, written and read; the position carried in samples
+        saved = json.loads((source_checkpoint(matrix, name) / "tuner_checkpoint.json").read_text())
+        samples = saved["batches_in_epoch"] * then[2] * then[1]
+        assert f"at step {step} (epoch {saved['epoch']}, batch {samples // (micro * world)})" in run.output
         assert (run.out / "checkpoints" / f"step-{STEPS}" / "pytorch_model_fsdp_0").is_dir()
 
 
@@ -239,7 +241,8 @@ def test_inspect_names_what_the_checkpoint_holds(matrix, capsys):
     assert main(["checkpoint", "inspect", str(out / "checkpoints" / "step-12"), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert (info["step"], info["strategy"], info["world_size"], info["state_dict"]) == (12, "fsdp2", 2, "sharded")
-    assert info["data_position"] == {"epoch": 1, "micro_batches_per_rank": 4, "samples": 32}
+    # epoch 0 is 7 global batches of the packed rows, so step 12 is 5 batches of 8 into epoch 1
+    assert info["data_position"] == {"epoch": 1, "micro_batches_per_rank": 5, "samples": 40}
     assert info["global_batch"]["global_batch"] == 8 and info["tokens_seen"] == 12 * 8 * SEQ
     assert all(info["bytes"][part] > 0 for part in ("model", "optimizer", "scheduler", "rng")), info["bytes"]
     assert info["total_bytes"] == sum(info["bytes"].values())
