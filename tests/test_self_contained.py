@@ -146,7 +146,7 @@ def test_a_clone_with_nothing_beside_it(tmp_path):
     (tmp_path / "hook" / "collected_list.py").write_text(COLLECTED_LIST)
     listed = tmp_path / "collected.txt"
     ran = _pytest(["-q", "-p", "collected_list", "tests", "-k", CLONE_RUN],
-                  clone, {**env, "COLLECTED_LIST": str(listed)}, timeout=900)
+                  clone, {**env, "COLLECTED_LIST": str(listed)}, timeout=1200)
     assert ran.returncode == 0, ran.stdout[-4000:] + ran.stderr[-2000:]
     collected = listed.read_text().splitlines()
     assert len(collected) > 1000, f"the clone's suite was not collected whole: {len(collected)} tests"
