@@ -15,21 +15,21 @@ rows make 7 steps an epoch; a constant LR after 2 warm-up steps):
              '- s4 -> fsdp2 full, 2 ranks, micro 4       FSDP2 full state dicts at another world size
                       '- s6 -> zero2 + offload_optimizer cpu, 1 rank       FSDP2 -> ZeRO-2
                                |- s8 -> the same on 2 ranks                ZeRO-2 (CPU offload) at another world size
-                               '- s8 -> fsdp2 sharded, 1 rank              ZeRO-2 -> FSDP2
-                                        |- s10 -> fsdp2 sharded, 2 ranks   FSDP2 (DCP) 1 -> 2 ranks
-                                        |         |- s12 -> fsdp2 sharded, 1 rank    FSDP2 (DCP) 2 -> 1 rank
-                                        |         '- s12 -> the same, broken on purpose (3 runs, below)
+                               '- s8 -> fsdp2 sharded, 2 ranks             ZeRO-2 -> FSDP2
+                                        |- s10 -> fsdp2 sharded, 4 ranks   FSDP2 (DCP) 2 -> 4 ranks
+                                        |         |- s12 -> fsdp2 sharded, 2 ranks   FSDP2 (DCP) 4 -> 2 ranks
+                                        |         '- s12 -> 1 rank, broken on purpose (3 runs, below)
                                         '- s10 -> zero3, 2 ranks           FSDP2 (sharded, DCP) -> ZeRO-3
                                                   '- s12 -> zero3, 1 rank  ZeRO-3 at another world size
 
-World sizes 1 <-> 2 (not 2 <-> 4): the resharding a world change asks for is the same code at
-any pair of sizes: DCP's load plans every saved shard onto the new mesh (an FSDP2 run on 1 rank
+FSDP2 sharded changes its world 2 -> 4 and 4 -> 2 (the issue's (a), as it names them); the other
+world changes are 1 <-> 2, the cheapest pair: the resharding a world change asks for is the same
+code at any pair of sizes: DCP's load plans every saved shard onto the new mesh (an FSDP2 run on 1 rank
 is a 1-rank DeviceMesh, its state dicts DTensors with one shard: it reads the two shards of a
 2-rank checkpoint and writes one that 2 ranks split again), DeepSpeed's `ds_to_universal` merges
 the ranks' partitions into one tensor per parameter and `load_universal` partitions them again
 for whatever world loads them, and the data position is re-cut by `resume_rules.batches_to_skip`
-from samples, whatever the sizes. Both directions are kept for FSDP2 sharded (the issue's (a)),
-and each ZeRO stage under test changes its world once (ZeRO-2 grows, ZeRO-3 shrinks). DDP keeps
+from samples, whatever the sizes. Both directions are kept for FSDP2 sharded, and each ZeRO stage under test changes its world once (ZeRO-2 grows, ZeRO-3 shrinks). DDP keeps
 2 -> 4: a DDP run on 1 rank is tuner's `single` strategy, which resumes only at its own size.
 
 Losses after a resume equal the reference's within `SAME_RTOL` when only the world size or
@@ -87,14 +87,15 @@ RUNS = {
     "fsdp2-full-w2": ("fsdp2-full", 2, 4, 1, ("fsdp2-full-w1", 4)),
     "zero2-offload-w1": ("zero2-offload", 1, 8, 1, ("fsdp2-full-w2", 6)),
     "zero2-offload-w2": ("zero2-offload", 2, 4, 1, ("zero2-offload-w1", 8)),
-    "fsdp2-w1": ("fsdp2", 1, 8, 1, ("zero2-offload-w1", 8)),
-    "fsdp2-w2": ("fsdp2", 2, 4, 1, ("fsdp2-w1", 10)),
-    "fsdp2-w1-again": ("fsdp2", 1, 8, 1, ("fsdp2-w2", 12)),
-    "zero3-w2": ("zero3", 2, 4, 1, ("fsdp2-w1", 10)),
+    "fsdp2-w2": ("fsdp2", 2, 4, 1, ("zero2-offload-w1", 8)),
+    "fsdp2-w4": ("fsdp2", 4, 2, 1, ("fsdp2-w2", 10)),
+    "fsdp2-w2-again": ("fsdp2", 2, 4, 1, ("fsdp2-w4", 12)),
+    "fsdp2-w1-broken": ("fsdp2", 1, 8, 1, ("fsdp2-w4", 12)),  # launched only with a fault (FAULTS)
+    "zero3-w2": ("zero3", 2, 4, 1, ("fsdp2-w2", 10)),
     "zero3-w1": ("zero3", 1, 8, 1, ("zero3-w2", 12)),
 }
 
-#: The broken resumes (tests/runtime/resume_faults.py): "fsdp2-w1-again" with a callback that
+#: The broken resumes (tests/runtime/resume_faults.py): "fsdp2-w1-broken" with a callback that
 #: breaks the resume after the checkpoint is loaded; the first step each must fail at.
 FAULTS = {"drop_data_position": 13, "drop_optimizer_state": 14, "drop_schedule": 14}
 
@@ -122,10 +123,10 @@ class Matrix:
     def __call__(self, name: str):
         if name not in self.runs:
             fault = name.removeprefix("fault:") if name.startswith("fault:") else None
-            backend, world, micro, accum, source = RUNS["fsdp2-w1-again" if fault else name]
+            backend, world, micro, accum, source = RUNS["fsdp2-w1-broken" if fault else name]
             args: list[str] = []
             if source:
-                args = ["--resume", str(source_checkpoint(self, "fsdp2-w1-again" if fault else name))]
+                args = ["--resume", str(source_checkpoint(self, "fsdp2-w1-broken" if fault else name))]
             if fault:
                 args += ["--callback", f"tests.runtime.resume_faults:{fault}"]
             run = tuner_run(self.root / f"matrix-{name.replace(':', '-')}", settings(backend, world, micro, accum),
@@ -171,7 +172,7 @@ def test_resume_with_another_accumulation_trains_the_same_samples(matrix):
     assert "at step 2 (epoch 0, batch 4)" in run.output  # 16 samples = 4 micro-batches of 1 on 4 ranks
 
 
-@pytest.mark.parametrize("name", ["fsdp2-w2", "fsdp2-w1-again", "fsdp2-full-w2", "zero2-offload-w2", "zero3-w1"])
+@pytest.mark.parametrize("name", ["fsdp2-w4", "fsdp2-w2-again", "fsdp2-full-w2", "zero2-offload-w2", "zero3-w1"])
 def test_resume_at_another_world_size_continues_the_same_training(matrix, name):
     run = check_resume(matrix, name, SAME_RTOL)
     _, world, micro, _, (source, step) = RUNS[name]
@@ -191,7 +192,7 @@ def test_resume_at_another_world_size_continues_the_same_training(matrix, name):
         assert (run.out / "checkpoints" / f"step-{STEPS}" / "pytorch_model_fsdp_0").is_dir()
 
 
-@pytest.mark.parametrize("name", ["zero1-w1", "fsdp2-full-w1", "zero2-offload-w1", "fsdp2-w1", "zero3-w2"])
+@pytest.mark.parametrize("name", ["zero1-w1", "fsdp2-full-w1", "zero2-offload-w1", "fsdp2-w2", "zero3-w2"])
 def test_resume_under_another_backend_carries_the_optimizer_state(matrix, name):
     run = check_resume(matrix, name, CROSS_RTOL)
     source, target = RUNS[RUNS[name][4][0]][0].split("-")[0], RUNS[name][0].split("-")[0]
@@ -202,15 +203,15 @@ def test_continuation_check_passes_the_world_size_changes_from_the_command_line(
     """`tuner checkpoint verify` as a person runs it (in this process: it reads files only)."""
     from tuner.commands.cli import main
 
-    reference = matrix("fsdp2-w2")
-    for name, steps in (("fsdp2-w1-again", [13, 14]), ("zero3-w1", [13, 14])):
+    reference = matrix("fsdp2-w4")
+    for name, steps in (("fsdp2-w2-again", [13, 14]), ("zero3-w1", [13, 14])):
         assert main(["checkpoint", "verify", str(matrix(RUNS[name][4][0]).out), str(matrix(name).out),
                      "--json"]) == 0
         verdict = json.loads(capsys.readouterr().out)
         assert [row["step"] for row in verdict["losses"]] == steps
         assert verdict["params"]["step"] == STEPS and verdict["params"]["tensors"] > 10
         assert verdict["params"]["worst_rel"] <= 1e-4
-    assert main(["checkpoint", "verify", str(reference.out), str(matrix("fsdp2-w1-again").out)]) == 0
+    assert main(["checkpoint", "verify", str(reference.out), str(matrix("fsdp2-w2-again").out)]) == 0
     text = capsys.readouterr().out
     assert "continues the same training" in text and f"parameters at step {STEPS}" in text
 
@@ -218,7 +219,7 @@ def test_continuation_check_passes_the_world_size_changes_from_the_command_line(
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_continuation_check_fails_a_resume_that_drops_optimizer_state_schedule_or_data_position(
         matrix, fault, capsys):
-    """The same FSDP2 2 -> 1 rank resume as "fsdp2-w1-again", broken after the checkpoint is
+    """An FSDP2 4 -> 1 rank resume of "fsdp2-w4"'s step 12, broken after the checkpoint is
     loaded: without the data position step 13 already trains other samples; without Adam's
     moments, or with the LR schedule started over (its warm-up: LR 0 at the first update), the
     step-13 loss (before the first update) still agrees and step 14 does not."""
@@ -226,7 +227,7 @@ def test_continuation_check_fails_a_resume_that_drops_optimizer_state_schedule_o
 
     run = matrix(f"fault:{fault}")
     assert "global batch kept: 8" in run.output and "at step 12 (epoch 1" in run.output
-    assert main(["checkpoint", "verify", str(matrix("fsdp2-w2").out), str(run.out)]) == 1
+    assert main(["checkpoint", "verify", str(matrix("fsdp2-w4").out), str(run.out)]) == 1
     out, err = capsys.readouterr()
     assert "does NOT continue the same training" in out and f"FAIL: step {FAULTS[fault]}: loss" in out, out
     assert "Traceback" not in err
@@ -234,7 +235,7 @@ def test_continuation_check_fails_a_resume_that_drops_optimizer_state_schedule_o
 
 def test_inspect_names_what_the_checkpoint_holds(matrix, capsys):
     """`tuner checkpoint inspect` (in this process: it reads the record and the file sizes only)
-    of a sharded FSDP2 checkpoint written after three resumes (its position and tokens carried)."""
+    of a sharded FSDP2 checkpoint written after four resumes (its position and tokens carried)."""
     from tuner.commands.cli import main
 
     out = matrix("fsdp2-w2").out
