@@ -215,7 +215,7 @@ def _export_locked(path: Path, out_dir: Path, previous: list[str], max_shard_siz
             state = full_state_dict(path, meta)
         except (RunError, FamilyError):
             raise
-        except _READ_ERRORS as exc:
+        except ckpt.read_errors() as exc:  # evaluated only when an error arrives: no torch import here
             raise ckpt.unreadable(path, exc, action="export") from None
         fam.export(state, target)
 
@@ -246,9 +246,6 @@ def export_model_dir(write: Callable[[Path], None], out_dir: Path, source: str) 
     (only entries an earlier export wrote are replaced; a file of the person's there is kept)."""
     with export_lock(out_dir):
         write_export(write, out_dir, export_target(out_dir), source)
-
-
-_READ_ERRORS = ckpt.read_errors()
 
 
 def write_export(write: Callable[[Path], None], out_dir: Path, previous: list[str], source: str) -> None:

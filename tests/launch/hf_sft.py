@@ -66,4 +66,11 @@ with open(os.path.join(args.out, f"rank-{acc.process_index}.json"), "w") as fh:
         "zero_cpu_offload": bool(getattr(trainer.model_wrapped, "zero_cpu_offload", lambda: False)()),
         "ds_optimizer": type(getattr(getattr(trainer.model_wrapped, "optimizer", None), "optimizer", None)).__name__,
         "dtensor_params": sum(type(q).__name__ == "DTensor" for q in trainer.model_wrapped.parameters()),
+        # What this rank holds: FSDP2's DTensor shards (local vs full size); ZeRO-1/2's partition
+        # of the fp32 master weights (DeepSpeed's optimizer, inside the engine) vs the model's size.
+        "numel": sum(q.numel() for q in trainer.model_wrapped.parameters()),
+        "local_numel": sum(q.to_local().numel() if hasattr(q, "to_local") else q.numel()
+                           for q in trainer.model_wrapped.parameters()),
+        "zero_partition_numel": sum(t.numel() for t in getattr(getattr(trainer.model_wrapped, "optimizer", None),
+                                                                 "single_partition_of_fp32_groups", [])),
     }, fh)

@@ -6,7 +6,10 @@ the compiled YAML; the CPU shim corrects the `Accelerator` the Trainer builds.
 
 `trainer.save_model()` (issue 23, item 12): under the FSDP2 build, whose state dict is sharded,
 the Trainer writes no model, silently; `tuner launch` says so up front with the one-line fix,
-and with that line the model is saved and loads. Under ZeRO-2 it saves as it is."""
+and with that line the model is saved and loads. Under ZeRO-2 it saves as it is.
+
+These two launches are also `tuner launch`'s FSDP2 and ZeRO-2 cases: each rank holds its half of
+the FSDP2 parameters, or of ZeRO-2's fp32 master weights (test_launch_script.py has DDP and ZeRO-3)."""
 
 from __future__ import annotations
 
@@ -47,9 +50,16 @@ def test_hf_trainer_script_on_two_cpu_ranks(tmp_path, strategy):
     if strategy == "fsdp2":
         assert all(rep["distributed_type"] == "FSDP" and rep["is_fsdp"] and rep["dtensor_params"] > 0
                    for rep in reports), reports
+        # parameters sharded as FSDP2 says (test_launch_script's FSDP2 case, folded here): each rank
+        # holds about half, and the two halves make the whole model
+        assert all(0.4 < rep["local_numel"] / rep["numel"] < 0.6 for rep in reports), reports
+        assert reports[0]["local_numel"] + reports[1]["local_numel"] >= reports[0]["numel"], reports
     else:
         assert all(rep["distributed_type"] == "DEEPSPEED" and rep["is_deepspeed"] and rep["zero_cpu_offload"]
                    and rep["ds_optimizer"] == "DeepSpeedCPUAdam" for rep in reports), reports
+        # ZeRO-2 partitions the optimizer's fp32 master weights (test_launch_script's ZeRO-2 case,
+        # folded here): each rank's partition is about half the model
+        assert all(0.4 < rep["zero_partition_numel"] / rep["numel"] < 0.6 for rep in reports), reports
 
 
 def _loads_as_trained(directory):

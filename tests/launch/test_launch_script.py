@@ -1,6 +1,13 @@
 """`tuner launch` runs a plain accelerate script (tests/launch/plain_accelerate.py, no tuner
-import) on 2 real gloo ranks for every strategy: each rank sees its own rank and a world of
-2, gets its own data rows, the loss falls, and parameters are sharded as the strategy says.
+import) on 2 real gloo ranks: each rank sees its own rank and a world of 2, gets its own data
+rows, the loss falls, and parameters are sharded as the strategy says.
+
+Two launches: DDP (the one world of 2 that a bare accelerate script must see, not two one-process
+worlds) and ZeRO-3 (DeepSpeed under the CPU shim, parameters partitioned). `tuner launch`'s FSDP2
+and ZeRO-2 cases ride the HF Trainer's launches (test_hf_trainer.py: FSDP2's DTensor shards and
+ZeRO-2's partition of the master weights, each about half per rank), and accelerate's own
+test_ops.py runs on ZeRO-2 (test_accelerate_scripts.py); every strategy trains through `tuner run`
+in tests/runtime/test_strategies.py.
 
 ZeRO builds: the script brings its own torch optimizer, as plain accelerate scripts do; that
 needs a deepspeed.json without an "optimizer" block (accelerate refuses both at once).
@@ -16,10 +23,10 @@ pytestmark = pytest.mark.slow
 
 #: What a C++ thread left running at the interpreter's exit prints as the process aborts.
 TEARDOWN_ABORT = "terminate called without an active exception"
-DIST_TYPE = {"ddp": "MULTI_CPU", "fsdp2": "FSDP", "zero2": "DEEPSPEED", "zero3": "DEEPSPEED"}
+DIST_TYPE = {"ddp": "MULTI_CPU", "zero3": "DEEPSPEED"}
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2", "zero2", "zero3"])
+@pytest.mark.parametrize("strategy", ["ddp", "zero3"])
 def test_plain_script_on_two_cpu_ranks(tmp_path, strategy):
     build = compile_build(tmp_path, CPU2, BUILDS[strategy])
     out = tmp_path / "report"
@@ -44,18 +51,11 @@ def check_reports(strategy: str, reports: list[dict]) -> None:
     assert len(rows0 | rows1) == 16 * 8 * 2
 
     total = sum(p.get("ds_numel", p["numel"]) for p in reports[0]["params"])
-    if strategy == "fsdp2":
-        for r, rep in enumerate(reports):
-            assert all(p["type"] == "DTensor" for p in rep["params"]), rep["params"]
-            held = sum(p["local_numel"] for p in rep["params"])
-            assert 0.4 < held / total < 0.6, (r, held, total)
-        for a, b in zip(reports[0]["params"], reports[1]["params"]):
-            assert a["local_numel"] + b["local_numel"] == a["numel"], (a, b)
     if strategy == "zero3":
         for rep in reports:
             held = sum(p["local_numel"] for p in rep["params"])
             full = sum(p["ds_numel"] for p in rep["params"])
             assert full == total and 0.4 < held / full < 0.6, (held, full)
-    if strategy == "zero2":
+    else:  # DDP: every rank holds the whole model
         for rep in reports:
-            assert 0.4 < rep["zero_partition_numel"] / total < 0.6, (rep["zero_partition_numel"], total)
+            assert sum(p.get("local_numel", p["numel"]) for p in rep["params"]) == total

@@ -1,5 +1,6 @@
-"""Training features beyond the strategy itself, on FSDP2 with two gloo ranks:
-LoRA (peft) on the causal LM with gradient checkpointing, and bf16 autocast."""
+"""Training features beyond the strategy itself, on FSDP2: LoRA (peft) on the causal LM with
+gradient checkpointing (two gloo ranks: each holds half of every adapter), and bf16 with gradient
+checkpointing and a checkpoint at each epoch's end (one rank)."""
 
 from __future__ import annotations
 
@@ -34,9 +35,13 @@ def lora_run(runtime_tmp):
 @pytest.fixture(scope="module")
 def bf16_run(runtime_tmp):
     # checkpoint.every_epochs (issue 34: the HF Trainer's save_strategy "epoch", axolotl's saves per
-    # epoch): one epoch is 7 steps here (packed rows), so a save at step 7 beside every_steps 5 and 10
-    settings = merged(fsdp=FSDP2, training={"mixed_precision": "bf16", "gradient_checkpointing": True},
-                      checkpoint={"every_epochs": 1})
+    # epoch): one epoch is 7 steps here (packed rows), so a save at step 7 beside every_steps 5 and 10.
+    # One rank (micro 8: the same global batch of 8 as 2 ranks x 4): FSDP2's bf16 policy, gradient
+    # checkpointing and the epoch's end hold on one rank; the 2-rank FSDP2 properties are the LoRA run's
+    # and test_strategies.py's.
+    settings = merged(fsdp=FSDP2, training={"mixed_precision": "bf16", "gradient_checkpointing": True,
+                                            "micro_batch_size": 8},
+                      hardware={"num_processes": 1}, checkpoint={"every_epochs": 1})
     run = tuner_run(runtime_tmp / "bf16-gc", settings)
     assert_ok(run)
     return run

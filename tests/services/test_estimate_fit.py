@@ -133,7 +133,7 @@ def test_model_states_agree_with_deepspeeds_estimators(params, gpus, nodes):
     """ZeRO-3 (on the GPU, and offloaded to host RAM with zero_init) and ZeRO-2 + CPU offload:
     equal to DeepSpeed's figures within 0.1% (padding). ZeRO-2 without offload: DeepSpeed also
     counts a 16-bit gradient partition (2P/N) that the runtime frees once reduced
-    (tests/services/test_estimate_accuracy.py measures it), so tuner is below it, by at most
+    (tests/runtime/test_parity.py's estimate test measures it), so tuner is below it, by at most
     6% at 8+ GPUs."""
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
     from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
