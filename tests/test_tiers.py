@@ -50,16 +50,14 @@ def test_an_unmarked_test_that_starts_ranks_fails_in_the_fast_tier(tmp_path):
     assert "test_unmarked_rank starts ranks but runs in the fast tier" in out and "mark it `slow`" in out, out
 
 
-def test_a_full_run_counts_launches_and_names_unmarked_tests(tmp_path):
-    p = _pytest(tmp_path, "-k", "rank", fast=False)
+def test_a_full_run_counts_launches_names_unmarked_tests_and_fails_an_unmarked_terminal(tmp_path):
+    """One full run of the three probes: the ranks' launches counted, the unmarked rank test
+    named (not the marked one), the unmarked terminal test failed naming its mark."""
+    p = _pytest(tmp_path, fast=False)
     out = p.stdout + p.stderr
-    assert "2 passed" in out, out
+    assert "1 failed, 2 passed" in out, out
     assert "rank launches: 2 (2 rank processes) in 1 files" in out, out
     assert "1 tests started ranks without the `slow` mark" in out and "::test_unmarked_rank" in out, out
     assert "::test_marked_rank" not in out.split("without the `slow` mark")[1], out
-
-
-def test_an_unmarked_test_that_drives_a_terminal_fails(tmp_path):
-    p = _pytest(tmp_path, "-k", "terminal", fast=False)
-    out = p.stdout + p.stderr
-    assert "1 failed" in out and "drives a terminal (tmux) but is not marked `terminal`" in out, out
+    assert "drives a terminal (tmux) but is not marked `terminal`" in out, out
+    assert "FAILED test_probe.py::test_unmarked_terminal" in out, out

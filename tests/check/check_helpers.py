@@ -10,11 +10,23 @@ import sys
 from pathlib import Path
 
 from tests import harness
-from tests.launch.launch_helpers import compile_build, env, write_settings  # noqa: F401 - re-exported
+from tests.launch.launch_helpers import env, write_settings  # noqa: F401 - re-exported
 
 HERE = Path(__file__).resolve().parent
 FAULTS = HERE / "faults"
 CPU2 = {"hardware": {"platform": "cpu", "num_processes": 2}}
+
+
+def compile_build(d: Path, *sections: dict) -> Path:
+    """The build of these settings sections in `d`/build: the compile `tuner compile` runs, in
+    this process (the build is byte for byte the command's; what these tests run as a person
+    would is `tuner check`, not the compile, and each compile in a subprocess cost a CLI start)."""
+    from tuner.compiler.compile import compile_file
+    from tuner.compiler.diagnostics import render_text
+
+    result = compile_file(write_settings(d, *sections))
+    assert result.ok, render_text(result.diagnostics.items)
+    return result.write()
 
 
 def free_port() -> int:

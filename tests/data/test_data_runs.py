@@ -1,37 +1,40 @@
-"""`tuner run` on 2 real gloo ranks with people's own data, four launches, FSDP2 and ZeRO-2:
+"""`tuner run` on 2 real gloo ranks with people's own data, three launches, FSDP2 and ZeRO-2:
 
-* a chat JSONL streamed under FSDP2, resumed in the middle of the streamed epoch (no row
-  repeated or skipped);
-* a parquet instruction set under ZeRO-2;
-* jsonl chat (system prompts, multi-turn rows) under FSDP2 (`test_each_format_trains_on_two_ranks`):
-  3 optimizer steps, no checkpoint, no export, no validation. The other formats (jsonl text,
-  jsonl prompt/completion, csv with its columns mapped, a `save_to_disk` folder's split) are
-  checked with the same assertions in-process, by tests/data/test_format_rows.py.
+* a chat JSONL (system prompts, multi-turn rows) streamed under FSDP2, logging to TensorBoard
+  through [logging] log_with (the event files hold the loss of every log step, equal to
+  metrics.jsonl's; the progress, off a terminal, is one plain line per log step with loss,
+  tokens/s, learning rate and ETA), then resumed in the middle of the streamed epoch (no row
+  repeated or skipped): two launches;
+* a parquet instruction set under ZeRO-2, no checkpoint and no export (none written).
+
+The other formats (jsonl chat read whole, jsonl text, jsonl prompt/completion, csv with its
+columns mapped, a `save_to_disk` folder's split) are read, masked and packed by the same family
+code before any batch reaches a rank: tests/data/test_format_rows.py checks each of them
+in-process with these assertions; the ranks' side (sharding, steps, loss) does not depend on
+the format: the map-style (parquet) and streamed launches here check it.
 
 Each launch shows the run's "data: FILE (FORMAT)" line, the rows each rank trained (the
 batches themselves, through the row-trace callback: distinct across the ranks, every document in
 them one of the file's rows), a finite loss at every step, and the loss mask the ranks trained
-with (raw text: every token but a document's first; chat: exactly the assistant turns;
-instruction: exactly the completion); the streamed and the parquet runs check the same mask and
-documents too. The formats' reading, detection and column mapping in detail are
-test_formats.py's, in-process; arrow files, .txt files and glob shards are read and packed only
-there, not trained on ranks: a launch costs 25-45 s on a loaded 2-core machine, most of it the
-two ranks starting."""
+with (chat: exactly the assistant turns; instruction: exactly the completion). The formats'
+reading, detection and column mapping in detail are test_formats.py's, in-process; arrow files,
+.txt files and glob shards are read and packed only there, not trained on ranks: a launch costs
+25-45 s on a loaded 2-core machine, most of it the two ranks starting."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests import harness
 from tests.data.data_helpers import check_trained as _check_trained
-from tests.data.data_helpers import instruction_rows, source_rows, write_format
+from tests.data.data_helpers import instruction_rows
 from tests.data.row_trace import ROWS
 from tests.runtime.runtime_helpers import to_toml
 from tests.tiny_chat_llama import chat_rows
@@ -85,10 +88,12 @@ def test_streamed_chat_under_fsdp2_resumes_mid_epoch_without_repeating_or_skippi
     for d in (straight, resumed):
         d.mkdir()
         (d / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in chat_rows(200)))
-    settings = _settings(tiny_model, {"path": "chat.jsonl", "streaming": True}, fsdp=FSDP2)
+    settings = _settings(tiny_model, {"path": "chat.jsonl", "streaming": True}, fsdp=FSDP2,
+                         logging={"log_with": "tensorboard", "project": "tiny"})
     p = _run(straight, settings)
     assert p.returncode == 0, (p.stdout + p.stderr)[-5000:]
     assert "data: chat.jsonl (chat, streamed" in p.stdout
+    assert "tuner run: fsdp2 on 2 rank(s)" in p.stdout
     traces = [_trace(straight, r) for r in (0, 1)]
     rows = [_rows_by_step(t) for t in traces]
     assert sorted(rows[0]) == list(range(1, 7))
@@ -99,7 +104,10 @@ def test_streamed_chat_under_fsdp2_resumes_mid_epoch_without_repeating_or_skippi
     assert len(m) == 6 and all(x["tokens_per_step"] > 0 and 0 <= x["padding_ratio"] < 1 for x in m)
     assert all(math.isfinite(x["loss"]) for x in m)
     assert (straight / "out" / "checkpoints" / "step-3" / "data_stream_rank1.json").is_file()
-    _check_trained(traces, "chat", tok, chat_rows(200))
+    texts = _check_trained(traces, "chat", tok, chat_rows(200))
+    assert any("<|im_start|>system" in x for x in texts), "a row with a system prompt was trained"
+    assert any(x.count("<|im_start|>assistant") > 1 for x in texts), "a multi-turn row was trained"
+    _check_tensorboard_and_progress(straight, p, 6)
 
     # Resume from the straight run's step-3 checkpoint: steps 4-6 see exactly its rows.
     (resumed / "out" / "checkpoints").mkdir(parents=True)
@@ -120,11 +128,12 @@ def test_parquet_instruction_set_under_zero2(tmp_path, tiny_model, tok):
     rows = instruction_rows(60, seed=9)
     Dataset.from_list(rows).to_parquet(str(tmp_path / "qa.parquet"))
     settings = _settings(tiny_model, {"path": "qa.parquet", "validation_split": 0.1},
-                         deepspeed=ZERO2)
+                         checkpoint={"every_steps": 0}, deepspeed=ZERO2)
     p = _run(tmp_path, settings)
     assert p.returncode == 0, (p.stdout + p.stderr)[-5000:]
     assert "data: qa.parquet (instruction): 60 documents packed into" in p.stdout
     assert "tuner run: zero2 on 2 rank(s)" in p.stdout
+    assert not (tmp_path / "out" / "checkpoints").exists() and not (tmp_path / "out" / "final").exists()
     m = [x for x in _trace(tmp_path, 0)["metrics"] if "loss" in x]
     assert len(m) == 6
     assert m[-1]["loss"] < m[0]["loss"], [x["loss"] for x in m]
@@ -136,43 +145,24 @@ def test_parquet_instruction_set_under_zero2(tmp_path, tiny_model, tok):
     _check_trained(traces, "instruction", tok, rows)
 
 
-STEPS, MICRO = 3, 2
-#: (format, strategy, data.seq_len): the smallest round length that holds the longest document
-#: (chat 112 tokens). One launch: the other formats (jsonl text, jsonl prompt/completion, csv
-#: with its columns mapped, a save_to_disk split) are read, masked and packed by the same family
-#: code before any batch reaches a rank; tests/data/test_format_rows.py checks each of them
-#: in-process with these assertions (the data line, every document one of the file's rows with
-#: its format's exact loss mask), and the ranks' side (sharding, steps, loss) does not depend
-#: on the format: this launch, and the streamed and parquet ones above, check it.
-RUNS = [("jsonl-chat", "fsdp2", 112)]
+def _check_tensorboard_and_progress(d: Path, p: subprocess.CompletedProcess, steps: int) -> None:
+    """[logging] log_with = tensorboard: the event files hold the loss of every log step, equal to
+    metrics.jsonl's; off a terminal the progress is one plain line per log step."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-
-@pytest.mark.parametrize(("kind", "strategy", "seq_len"), RUNS, ids=[f"{k}-{s}" for k, s, _ in RUNS])
-def test_each_format_trains_on_two_ranks(kind, strategy, seq_len, tmp_path, tiny_model, tok):
-    data, fmt = write_format(kind, tmp_path)
-    plugin = {"fsdp": FSDP2} if strategy == "fsdp2" else {"deepspeed": ZERO2}
-    settings = _settings(tiny_model, {**data, "seq_len": seq_len}, training={"max_steps": STEPS},
-                         checkpoint={"every_steps": 0}, **plugin)
-    t0 = time.perf_counter()
-    p = _run(tmp_path, settings)
-    print(f"tuner run, {kind} under {strategy}: {time.perf_counter() - t0:.1f} s")
-    assert p.returncode == 0, (p.stdout + p.stderr)[-5000:]
-    line = next((x for x in p.stdout.splitlines() if x.startswith("data: ")), p.stdout[-3000:])
-    assert line.startswith(f"data: {data['path']} ({fmt}): "), line
-    assert "dropped" not in line, "data.seq_len holds every document"
-    assert f"tuner run: {strategy} on 2 rank(s)" in p.stdout
-    assert not (tmp_path / "out" / "checkpoints").exists() and not (tmp_path / "out" / "final").exists()
-
-    traces = [_trace(tmp_path, r) for r in (0, 1)]
-    rows = [_rows_by_step(t) for t in traces]
-    assert [sorted(r) for r in rows] == [list(range(1, STEPS + 1))] * 2, "both ranks trained every step"
-    every = [k for r in rows for step in r.values() for k in step]
-    assert len(every) == len(set(every)) == STEPS * MICRO * 2, "the data is sharded: no row on both ranks, or twice"
-    assert all(b["has_position_ids"] for t in traces for b in t["batches"]), "packed rows"
-    losses = [x["loss"] for x in traces[0]["metrics"] if "loss" in x]
-    assert len(losses) == STEPS and all(math.isfinite(x) for x in losses), losses
-
-    texts = _check_trained(traces, fmt, tok, source_rows(kind))
-    if fmt == "chat":
-        assert any("<|im_start|>system" in x for x in texts), "a row with a system prompt was trained"
-        assert any(x.count("<|im_start|>assistant") > 1 for x in texts), "a multi-turn row was trained"
+    metrics = [json.loads(x) for x in (d / "out" / "metrics.jsonl").read_text().splitlines()]
+    logged_losses = {m["step"]: m["loss"] for m in metrics if "loss" in m}
+    assert sorted(logged_losses) == list(range(1, steps + 1))
+    logged = {}
+    for folder in {e.parent for e in (d / "out" / "logs" / "tiny").rglob("events.out.tfevents.*")}:
+        ea = EventAccumulator(str(folder))
+        ea.Reload()
+        if "loss" in ea.Tags()["scalars"]:
+            logged = {e.step: e.value for e in ea.Scalars("loss")}
+    assert logged == {k: pytest.approx(v, rel=1e-6) for k, v in logged_losses.items()}
+    assert "trackers: tensorboard" in p.stdout + p.stderr
+    # the progress, off a terminal: one plain line per log step
+    lines = [ln for ln in p.stderr.splitlines() if re.match(r"step \d+/", ln)]
+    assert len(lines) == steps, (p.stdout + p.stderr)[-3000:]
+    assert re.fullmatch(rf"step {steps}/{steps} loss \d+\.\d{{4}} lr \d\.\d\de[-+]\d\d tok/s \d+ eta 0:00:00",
+                        lines[-1]), lines

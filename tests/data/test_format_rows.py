@@ -1,7 +1,7 @@
 """Each source format's rows as tuner run's ranks receive them, in-process (no rank): the family
 that every rank builds reads the file, masks and packs it; the rows are collated into batches
 as the trainer does, and checked with the 2-rank run's assertions (tests/data/test_data_runs.py,
-which launches the chat format only): the run's "data: FILE (FORMAT)" line (the data driver's `check_data`, what
+which launches chat (streamed) and parquet instruction data only): the run's "data: FILE (FORMAT)" line (the data driver's `check_data`, what
 `tuner run` prints before any rank starts), every trained document one of the file's rows, and
 its format's exact loss mask (raw text: every token but a document's first; chat: exactly the
 assistant turns; instruction: exactly the completion), with packed rows' position ids."""

@@ -1,8 +1,15 @@
-"""`tuner data SETTINGS`: the first rows as the trainer sees them (loss mask, position ids)."""
+"""`tuner data SETTINGS`: the first rows as the trainer sees them (loss mask, position ids).
+
+`tuner data` starts no rank: the JSON and text views run the command line's own entry
+(`tuner.commands.cli.main`) in-process, the code path of the `tuner` executable; the refusal of
+data it cannot read runs the real executable, for its exit status and its stderr without a
+traceback."""
 
 from __future__ import annotations
 
 import json
+
+from tuner.commands.cli import main as tuner_main
 
 from tests.conftest import run_tuner
 from tests.runtime.runtime_helpers import to_toml, tuner_env
@@ -18,13 +25,22 @@ def _project(tmp_path, tiny_model, **data):
     return tmp_path / "settings.toml"
 
 
-def test_json_shows_masked_labels_and_restarting_position_ids(tmp_path, tiny_model):
+def _tuner(capsys, monkeypatch, cwd, *args: str) -> tuple[int, str, str]:
+    """`tuner ARGS` in-process, in `cwd`: (exit code, stdout, stderr)."""
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    code = tuner_main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_json_shows_masked_labels_and_restarting_position_ids(tmp_path, tiny_model, capsys, monkeypatch):
     from transformers import AutoTokenizer
 
     settings = _project(tmp_path, tiny_model)
-    p = run_tuner("data", str(settings), "--rows", "2", "--json", cwd=tmp_path, env=tuner_env(), timeout=300)
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout)
+    code, stdout, stderr = _tuner(capsys, monkeypatch, tmp_path, "data", str(settings), "--rows", "2", "--json")
+    assert code == 0, stderr
+    out = json.loads(stdout)
     st = out["stats"]
     assert st["format"] == "chat" and st["documents"] == 30 and st["packed"] is True
     assert st["rows"] > 0 and 0 <= st["padding_ratio"] < 1 and st["dropped_for_length"] == 0
@@ -43,12 +59,12 @@ def test_json_shows_masked_labels_and_restarting_position_ids(tmp_path, tiny_mod
         assert trained.count("<|im_end|>") >= 2 and "<|im_start|>" not in trained
 
 
-def test_text_output_marks_the_trained_tokens(tmp_path, tiny_model):
+def test_text_output_marks_the_trained_tokens(tmp_path, tiny_model, capsys, monkeypatch):
     settings = _project(tmp_path, tiny_model, packing=False)
-    p = run_tuner("data", str(settings), "--rows", "1", cwd=tmp_path, env=tuner_env(), timeout=300)
-    assert p.returncode == 0, p.stderr
-    assert "format: chat" in p.stdout and "padded rows (packing off)" in p.stdout
-    assert "<|im_start|>assistant\n[" in p.stdout and "<|im_end|>\n]" in p.stdout
+    code, stdout, stderr = _tuner(capsys, monkeypatch, tmp_path, "data", str(settings), "--rows", "1")
+    assert code == 0, stderr
+    assert "format: chat" in stdout and "padded rows (packing off)" in stdout
+    assert "<|im_start|>assistant\n[" in stdout and "<|im_end|>\n]" in stdout
 
 
 def test_bad_data_exits_2_naming_the_fix(tmp_path, tiny_model):

@@ -4,7 +4,10 @@ against the text encoders called by hand, and SDXL's time ids against the pipeli
 ``_get_add_time_ids``); tuner's training call of each denoiser gives the prediction the
 pipeline's own denoising step uses; forward and backward reach every parameter; the cache
 carries the extra conditioning and a run with a complete cache never builds an encoder; the
-export loads as StableDiffusionXLPipeline / FluxPipeline / StableDiffusion3Pipeline."""
+export loads as StableDiffusionXLPipeline / FluxPipeline / StableDiffusion3Pipeline.
+
+Each built-in is built and exported once per module (`exported`), and each export loaded as
+its pipeline once (`pipes`): the tests share them instead of building tiny pipelines again."""
 
 from __future__ import annotations
 
@@ -65,6 +68,15 @@ def exported(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def pipes(exported):
+    """{name: the export loaded as its diffusers pipeline}, once per module (a test that loads
+    a LoRA into one unloads it again)."""
+    from diffusers import DiffusionPipeline
+
+    return {name: DiffusionPipeline.from_pretrained(str(final)) for name, (_, _, final) in exported.items()}
+
+
 def test_conditioning_is_the_pipelines(exported):
     """SDXL: both CLIPs' penultimate hidden states side by side, pooled = the second's
     projection; Flux: T5's hidden states, CLIP's pooled output; SD3: the two CLIPs'
@@ -96,20 +108,18 @@ def test_conditioning_is_the_pipelines(exported):
     assert exported["tiny-sd3"][1].config.pooled_projection_dim == 32  # 16 + 16
 
 
-def test_sdxl_time_ids_are_the_pipelines(exported, tmp_path):
+def test_sdxl_time_ids_are_the_pipelines(exported, pipes, tmp_path):
     """A 48x64 (w x h) image in the 32-px buckets: original size, centre-crop offsets and the
     bucket, in the order StableDiffusionXLPipeline._get_add_time_ids makes them."""
-    from diffusers import DiffusionPipeline
     from PIL import Image
     from tuner.runtime.families.diffusion.real_models import sdxl_time_ids
 
-    fam, _, final = exported["tiny-sdxl"]
+    fam, _, _ = exported["tiny-sdxl"]
     img = tmp_path / "tall.png"
     Image.new("RGB", (48, 64)).save(img)
     size = (24, 40)  # a bucket narrower than the image's aspect: cropped top and bottom
     ids = sdxl_time_ids((48, 64), size)
-    pipe = DiffusionPipeline.from_pretrained(str(final))
-    want = pipe._get_add_time_ids((64, 48), (int(ids[2]), int(ids[3])), (40, 24), torch.float32,
+    want = pipes["tiny-sdxl"]._get_add_time_ids((64, 48), (int(ids[2]), int(ids[3])), (40, 24), torch.float32,
                                   text_encoder_projection_dim=32)
     torch.testing.assert_close(ids, want[0])
     assert ids.tolist() == [64, 48, 0, 3, 40, 24]  # scaled to 30x40 to cover 24x40: 3 px cut on the left
@@ -129,14 +139,14 @@ def _pipeline_prediction(name, pipe, latents, prompt):
     return out
 
 
-def test_training_call_is_the_pipelines_call(exported):
+def test_training_call_is_the_pipelines_call(exported, pipes):
     """tuner's `denoise` (what training and validation call) gives the prediction the
     exported diffusers pipeline's own step used: Flux packing, ids, timestep / 1000 and
     guidance; SD3's call; SDXL's added time ids and pooled embeddings."""
-    from diffusers import DiffusionPipeline, FluxPipeline
+    from diffusers import FluxPipeline
 
-    for name, (fam, _, final) in exported.items():
-        pipe = DiffusionPipeline.from_pretrained(str(final))
+    for name, (fam, _, _) in exported.items():
+        pipe = pipes[name]
         den = pipe.unet if name == "tiny-sdxl" else pipe.transformer
         gen = torch.Generator().manual_seed(0)
         x = torch.randn((1, 4, 16, 16), generator=gen)
@@ -164,16 +174,18 @@ def test_training_call_is_the_pipelines_call(exported):
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-def test_forward_backward_reaches_every_parameter(tmp_path, name):
-    fam = _family(tmp_path, name)
-    torch.manual_seed(0)
-    model = fam.build_model()
+def test_forward_backward_reaches_every_parameter(exported, name):
+    fam, model, _ = exported[name]  # the module's built model (its gradients are dropped again)
     train, _ = _sets(fam)
     batch = _collate(fam, [train[i] for i in range(2)])
-    loss = fam.loss(model, batch, generator=torch.Generator().manual_seed(0))
-    loss.backward()
+    model.zero_grad(set_to_none=True)
+    try:
+        loss = fam.loss(model, batch, generator=torch.Generator().manual_seed(0))
+        loss.backward()
+        no_grad = [n for n, p in model.named_parameters() if p.grad is None]
+    finally:
+        model.zero_grad(set_to_none=True)
     assert torch.isfinite(loss)
-    no_grad = [n for n, p in model.named_parameters() if p.grad is None]
     assert not no_grad, f"{name}: parameters the loss does not reach: {no_grad[:5]}"
     assert fam.wrap_classes(model) == {"tiny-sdxl": ["BasicTransformerBlock", "ResnetBlock2D"],
                                        "tiny-flux": ["FluxTransformerBlock", "FluxSingleTransformerBlock"],
@@ -181,7 +193,7 @@ def test_forward_backward_reaches_every_parameter(tmp_path, name):
 
 
 @pytest.mark.parametrize("name", ["tiny-sdxl", "tiny-flux"])
-def test_cache_carries_the_conditioning_and_a_complete_cache_builds_no_encoder(tmp_path, name):
+def test_cache_carries_the_conditioning_and_a_complete_cache_builds_no_encoder(exported, tmp_path, name):
     """The cache's latent entries hold SDXL's time ids beside the latents, its text entries
     the hidden states and pooled embedding; a second build of the same settings encodes
     nothing and never builds the VAE or a text encoder; the cached batch is the uncached one."""
@@ -199,7 +211,7 @@ def test_cache_carries_the_conditioning_and_a_complete_cache_builds_no_encoder(t
     assert again.encoded == 0 and again.loaded == []
     cached = _collate(again, [train2[i] for i in range(2)])
     assert again.loaded == []
-    plain = _family(tmp_path, name)
+    plain = exported[name][0]  # the same settings without the cache (the module's built family)
     ptrain, _ = _sets(plain)
     uncached = _collate(plain, [ptrain[i] for i in range(2)])
     cond = plain._condition(uncached)
@@ -209,13 +221,11 @@ def test_cache_carries_the_conditioning_and_a_complete_cache_builds_no_encoder(t
         torch.testing.assert_close(cached["time_ids"], uncached["time_ids"])
 
 
-def test_export_loads_as_the_diffusers_pipeline_and_samples(exported):
-    import diffusers
-
+def test_export_loads_as_the_diffusers_pipeline_and_samples(exported, pipes):
     for name, (_, model, final) in exported.items():
         index = json.loads((final / "model_index.json").read_text())
         assert index["_class_name"] == MODELS[name] and not (final / "tuner_pipeline.py").exists()
-        pipe = diffusers.DiffusionPipeline.from_pretrained(str(final))  # no remote code
+        pipe = pipes[name]  # DiffusionPipeline.from_pretrained, no remote code
         assert type(pipe).__name__ == MODELS[name]
         den = pipe.unet if name == "tiny-sdxl" else pipe.transformer
         for k, v in model.state_dict().items():
@@ -226,7 +236,7 @@ def test_export_loads_as_the_diffusers_pipeline_and_samples(exported):
 
 
 @pytest.mark.parametrize("name", ["tiny-sdxl", "tiny-flux"])
-def test_lora_export_loads_into_the_models_pipeline(exported, tmp_path, name):
+def test_lora_export_loads_into_the_models_pipeline(exported, pipes, tmp_path, name):
     """A LoRA run's `final/lora/` loads with the base pipeline's `load_lora_weights` (SDXL's
     U-Net keys, Flux's transformer keys) and then samples what the merged export samples."""
     import diffusers
@@ -249,11 +259,15 @@ def test_lora_export_loads_into_the_models_pipeline(exported, tmp_path, name):
         return pipe(PROMPTS[0], num_inference_steps=2, height=32, width=32, output_type="np",
                     generator=torch.Generator().manual_seed(0), **kw).images
 
-    pipe = diffusers.DiffusionPipeline.from_pretrained(str(base_dir))
+    pipe = pipes[name]  # the base pipeline, DiffusionPipeline.from_pretrained(base_dir)
     before = sample(pipe)
     pipe.load_lora_weights(str(tmp_path / "final" / "lora"))
-    after = sample(pipe)
+    try:
+        after = sample(pipe)
+    finally:
+        pipe.unload_lora_weights()
     assert abs(after - before).max() > 1e-3
+    torch.testing.assert_close(sample(pipe), before)  # unloaded: the shared pipeline is the base again
     merged = sample(diffusers.DiffusionPipeline.from_pretrained(str(tmp_path / "final")))
     assert abs(after - merged).max() < 1e-3
 

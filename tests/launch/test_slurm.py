@@ -1,7 +1,8 @@
 """Slurm, for real: a two-node cluster on this host (scripts/slurm-local.sh: slurmctld and two
 slurmd, node1 and node2 at 127.0.0.1) runs the compiled CPU batch script with
 ``sbatch --wait``: one launcher per node through srun, machine 0 from ``scontrol show
-hostnames``, machine ranks from $SLURM_NODEID, a world of 4 that trains and checkpoints.
+hostnames``, machine ranks from $SLURM_NODEID, a world of 4 (two ranks per node: the one test
+of more than one rank per machine in a multi-machine world) that trains and checkpoints.
 
 Skipped where Slurm is not installed (scripts/test.sh installs it as root) or the user is not
 root; the cluster is stopped afterwards.
@@ -56,8 +57,8 @@ def test_sbatch_runs_a_world_of_four_on_two_nodes(tmp_path, slurm):
                      "main_process_port": _port()},
         "cluster": {"type": "slurm", "job_name": "tuner-test", "time": "00:10:00"},
         "model": {"path": "builtin:micro-llama"}, "data": {"seq_len": 32},
-        "training": {"micro_batch_size": 2, "max_steps": 4, "log_every": 1},
-        "checkpoint": {"every_steps": 4, "export": False}, "output": {"dir": str(tmp_path / "out")},
+        "training": {"micro_batch_size": 2, "max_steps": 2, "log_every": 1},
+        "checkpoint": {"every_steps": 2, "export": False}, "output": {"dir": str(tmp_path / "out")},
     })
     c = harness.tuner('compile', str(settings), '-q', timeout=120)
     assert c.returncode == 0, c.stderr
@@ -72,10 +73,10 @@ def test_sbatch_runs_a_world_of_four_on_two_nodes(tmp_path, slurm):
         raise
     text = log.read_text() if log.is_file() else ""
     assert p.returncode == 0, p.stdout + p.stderr + text[-5000:]
-    meta = json.loads((tmp_path / "out" / "checkpoints" / "step-4" / "tuner_checkpoint.json").read_text())
+    meta = json.loads((tmp_path / "out" / "checkpoints" / "step-2" / "tuner_checkpoint.json").read_text())
     assert meta["world_size"] == 4
     steps = [json.loads(x).get("step") for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
-    assert max(s for s in steps if s is not None) == 4
+    assert max(s for s in steps if s is not None) == 2
     assert "Traceback" not in text
 
 

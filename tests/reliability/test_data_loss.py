@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -12,7 +13,6 @@ import pytest
 from tuner.compiler.compile import compile_text
 from tuner.compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
-from tests import harness
 from tests.reliability.rel_helpers import EXAMPLES, tiny_tmpfs, tuner
 
 ZERO1 = (EXAMPLES / "zero1.toml").read_text(encoding="utf-8")
@@ -120,7 +120,10 @@ def test_run_max_steps_below_one_is_refused_and_nothing_is_exported(tmp_path, st
 # --- tuner checkpoint export ------------------------------------------------------------------
 
 def _export(ckpt: Path, out: str | Path, cwd: Path) -> subprocess.CompletedProcess:
-    return harness.tuner('checkpoint', 'export', str(ckpt), '--out', str(out), cwd=cwd, timeout=300)
+    """`tuner checkpoint export` in this process, from `cwd` (an export starts no rank)."""
+    with contextlib.chdir(cwd):
+        code, o, e = tuner("checkpoint", "export", ckpt, "--out", out, timeout_s=300)
+    return subprocess.CompletedProcess(["tuner", "checkpoint", "export"], code, o, e)
 
 
 @pytest.mark.slow

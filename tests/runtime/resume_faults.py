@@ -1,7 +1,8 @@
 """Trainer callbacks that break a resume on purpose, to prove the continuation check fails
-on the faults it is for (tests/runtime/test_portable_resume.py):
+on the faults it is for (tests/runtime/test_portable_resume_matrix.py):
 
     tuner run ... --resume CKPT --callback tests.runtime.resume_faults:drop_optimizer_state
+    tuner run ... --resume CKPT --callback tests.runtime.resume_faults:drop_schedule
     tuner run ... --resume CKPT --callback tests.runtime.resume_faults:drop_data_position
 
 They run on every rank after the checkpoint is loaded (``on_train_begin``), through the
@@ -9,6 +10,8 @@ trainer's public callback interface.
 """
 
 from __future__ import annotations
+
+import warnings
 
 from tuner.runtime.callbacks import TrainerCallback
 
@@ -21,6 +24,18 @@ class DropOptimizerState(TrainerCallback):
         inner.state.clear()
 
 
+class DropSchedule(TrainerCallback):
+    """The resume starts the LR schedule over (as a resume that builds a new scheduler): torch's
+    scheduler back at its first step, the optimizer's LR set from it (the warm-up's first LR)."""
+
+    def on_train_begin(self, trainer) -> None:
+        inner = getattr(trainer.scheduler, "scheduler", trainer.scheduler)
+        inner.last_epoch = -1
+        with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()"
+            warnings.simplefilter("ignore")
+            inner.step()
+
+
 class DropDataPosition(TrainerCallback):
     """The resume starts the epoch over (the samples already trained are trained again)."""
 
@@ -30,6 +45,10 @@ class DropDataPosition(TrainerCallback):
 
 def drop_optimizer_state() -> DropOptimizerState:
     return DropOptimizerState()
+
+
+def drop_schedule() -> DropSchedule:
+    return DropSchedule()
 
 
 def drop_data_position() -> DropDataPosition:

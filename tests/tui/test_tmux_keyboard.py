@@ -71,6 +71,19 @@ def _launch(tmux: Tmux, cwd: Path, args: str = "") -> None:
     tmux.wait_for("1. Model")
 
 
+def _saved(tmux: Tmux, work: Path) -> None:
+    """ctrl+s, and settings.toml changes (the wizard goes on: the next sequence starts from
+    here; a "saved" message an earlier save left on the screen would prove nothing)."""
+    path = work / "settings.toml"
+    before = path.read_bytes() if path.exists() else None
+    tmux.keys("C-s")
+    tmux.wait_for("saved settings.toml")
+    deadline = time.monotonic() + 30
+    while (path.read_bytes() if path.exists() else None) == before:
+        assert time.monotonic() < deadline, f"ctrl+s did not change settings.toml:\n{tmux.screen()}"
+        time.sleep(0.05)
+
+
 def _quit_saved(tmux: Tmux) -> None:
     tmux.keys("C-s")
     tmux.wait_for("saved settings.toml")
@@ -165,12 +178,12 @@ def test_every_dropdown_is_set_from_the_keyboard(tmux, _wizard_env):
     got = {k: draft.get(index().keys[k].section, {}).get(index().keys[k].name, "<not written>") for k in expected}
     assert got == expected
     assert set(expected) == set(dropdown_keys())
+    _signal_restores_the_terminal(tmux, _wizard_env, "TERM", 143)  # item 4, in the same wizard
 
 
 # -- 2 --------------------------------------------------------------------------------------
 
-def test_clearing_a_number_and_typing_its_default_saves_the_number(tmux, _wizard_env):
-    _launch(tmux, _wizard_env)
+def _clearing_a_number_and_typing_its_default_saves_the_number(tmux: Tmux, work: Path) -> None:
     _step(tmux, "F2")
     tmux.focus("hardware.num_machines")
     tmux.keys("C-u")
@@ -179,10 +192,10 @@ def test_clearing_a_number_and_typing_its_default_saves_the_number(tmux, _wizard
     _step(tmux, "F5")
     tmux.focus("training.micro_batch_size")
     tmux.keys("C-u", "1")
-    _quit_saved(tmux)
-    text = (_wizard_env / "settings.toml").read_text()
+    _saved(tmux, work)
+    text = (work / "settings.toml").read_text()
     assert "num_machines = 1" in text and "micro_batch_size = 1" in text, text
-    assert compile_file(_wizard_env / "settings.toml").ok
+    assert compile_file(work / "settings.toml").ok
 
 
 # -- 3 --------------------------------------------------------------------------------------
@@ -207,18 +220,31 @@ def _tabs_to(step_id: str, key: str) -> list[str]:
     return ["Tab"] * order.index(key)
 
 
-def test_the_issues_bursts_act_where_the_keys_before_them_left_focus(tmux, _wizard_env):
+def _the_issues_bursts_act_where_the_keys_before_them_left_focus(tmux: Tmux, work: Path) -> None:
     """F3, Tabs and class names in one burst fill the classes field (they landed on the
-    "Detect blocks" button); a ctrl+u on a dropdown followed by Tabs empties no other field."""
-    _launch(tmux, _wizard_env)
+    "Detect blocks" button); a ctrl+u on a dropdown followed by Tabs empties no other field.
+    F3 and F5 each focus their step's first field: the Tabs are counted from there on a file
+    whose edits so far change no field's visibility."""
     tmux.burst("F3", *_tabs_to("sharding", "fsdp.transformer_layer_cls_to_wrap"), *"LlamaDecoderLayer",
-               "F5", "C-u", *_tabs_to("precision", "training.warmup_steps"), "C-s")
-    tmux.wait_for("saved settings.toml")
-    tmux.keys("C-q")
-    tmux.wait_for("WIZARD-EXIT=0")
-    settings = tomllib.loads((_wizard_env / "settings.toml").read_text())
+               "F5", "C-u", *_tabs_to("precision", "training.warmup_steps"))
+    _saved(tmux, work)
+    settings = tomllib.loads((work / "settings.toml").read_text())
     assert settings["fsdp"]["transformer_layer_cls_to_wrap"] == ["LlamaDecoderLayer"]
     assert "warmup_steps" not in settings.get("training", {})
+
+
+def test_one_wizard_many_sequences(tmux, _wizard_env):
+    """One wizard on a new file, several key sequences one after the other, each from a screen
+    it waits for and each checked on the saved file: items 2, 3 (bursts), 6, 4 (too small,
+    F7 builder), then item 4's SIGHUP restoring the terminal."""
+    _launch(tmux, _wizard_env)
+    # first: its message shows below the Hardware step's detected facts only while they are short
+    _clearing_a_number_and_typing_its_default_saves_the_number(tmux, _wizard_env)
+    _the_issues_bursts_act_where_the_keys_before_them_left_focus(tmux, _wizard_env)
+    _messages_huge_integer_emoji_and_multi_line_paste(tmux, _wizard_env)
+    _after_too_small_a_field_has_focus(tmux, _wizard_env)
+    _the_f7_builder_opens_with_a_field_focused(tmux, _wizard_env)
+    _signal_restores_the_terminal(tmux, _wizard_env, "HUP", 129)
 
 
 def test_a_pasted_path_then_enter_uses_the_path(tmux, _wizard_env):
@@ -236,8 +262,8 @@ def test_a_pasted_path_then_enter_uses_the_path(tmux, _wizard_env):
 
 # -- 4 --------------------------------------------------------------------------------------
 
-def test_ctrl_c_with_unsaved_edits_writes_the_draft_and_exits_130(tmux, _wizard_env):
-    _launch(tmux, _wizard_env)
+def _ctrl_c_with_unsaved_edits_writes_the_draft_and_exits_130(tmux: Tmux, work: Path) -> None:
+    saved = (work / "settings.toml").read_bytes() if (work / "settings.toml").exists() else None
     _step(tmux, "F5")
     tmux.focus("training.max_steps")
     tmux.keys("7", "7")
@@ -245,8 +271,9 @@ def test_ctrl_c_with_unsaved_edits_writes_the_draft_and_exits_130(tmux, _wizard_
     tmux.keys("C-c")
     screen = tmux.wait_for("WIZARD-EXIT=")
     assert "WIZARD-EXIT=130" in screen and "settings.draft.toml" in screen, screen
-    assert "max_steps = 77" in (_wizard_env / "settings.draft.toml").read_text()
-    assert not (_wizard_env / "settings.toml").exists()
+    assert "max_steps = 77" in (work / "settings.draft.toml").read_text()
+    now = (work / "settings.toml").read_bytes() if (work / "settings.toml").exists() else None
+    assert now == saved, "ctrl+c wrote the settings file, not only the draft"
     assert tmux.display("#{alternate_on}") == "0"
 
 
@@ -260,9 +287,9 @@ def _wizard_pid(tmux: Tmux) -> int:
     raise AssertionError("the wizard's process was not found")
 
 
-@pytest.mark.parametrize("signame, status", [("TERM", 143), ("HUP", 129)])
-def test_sigterm_and_sighup_restore_the_terminal(tmux, _wizard_env, signame, status):
-    _launch(tmux, _wizard_env)
+def _signal_restores_the_terminal(tmux: Tmux, work: Path, signame: str, status: int) -> None:
+    """SIGTERM / SIGHUP after an edit: the signal's exit status, the terminal restored (not in
+    the alternate screen, mouse reporting off), the edit in the draft."""
     assert tmux.display("#{alternate_on}") == "1"  # the wizard runs in the alternate screen
     _step(tmux, "F5")
     tmux.focus("training.max_steps")
@@ -273,11 +300,10 @@ def test_sigterm_and_sighup_restore_the_terminal(tmux, _wizard_env, signame, sta
     assert f"WIZARD-EXIT={status}" in screen, screen
     assert tmux.display("#{alternate_on}") == "0", "still in the alternate screen"
     assert tmux.display("#{mouse_any_flag}#{mouse_button_flag}#{mouse_sgr_flag}") == "000", "mouse reporting on"
-    assert "max_steps = 5" in (_wizard_env / "settings.draft.toml").read_text()
+    assert "max_steps = 5" in (work / "settings.draft.toml").read_text()
 
 
-def test_after_too_small_a_field_has_focus(tmux, _wizard_env):
-    _launch(tmux, _wizard_env)
+def _after_too_small_a_field_has_focus(tmux: Tmux, work: Path) -> None:
     _step(tmux, "F5")
     tmux.focus("training.max_steps")
     settle_size(tmux, 30, 8)
@@ -285,24 +311,24 @@ def test_after_too_small_a_field_has_focus(tmux, _wizard_env):
     settle_size(tmux, 80, 24)
     tmux.wait_for("5. Precision")
     tmux.keys("4", "4")
-    _quit_saved(tmux)
-    assert "max_steps = 44" in (_wizard_env / "settings.toml").read_text()
+    _saved(tmux, work)
+    assert "max_steps = 44" in (work / "settings.toml").read_text()
 
 
-def test_the_f7_builder_opens_with_a_field_focused(tmux, _wizard_env):
-    _launch(tmux, _wizard_env)
+def _the_f7_builder_opens_with_a_field_focused(tmux: Tmux, work: Path) -> None:
     tmux.keys("F7")
     tmux.wait_for("DeepSpeed builder")
     tmux.burst("Enter", "Down", "Enter", "C-o")  # ZeRO stage 2 -> 3, apply
     tmux.wait_for("zero3 ·")
-    _quit_saved(tmux)
-    settings = tomllib.loads((_wizard_env / "settings.toml").read_text())
+    _saved(tmux, work)
+    settings = tomllib.loads((work / "settings.toml").read_text())
     assert settings["deepspeed"]["zero_stage"] == 3
 
 
 # -- 5: the arrows pick a strategy in the quick start (the burst test picks ZeRO-3 + offload) --
 
 def test_quick_start_lists_the_fitting_strategies_and_down_picks_one(tmux, _wizard_env):
+    """Then, in the same wizard, item 4: ctrl+c with unsaved edits."""
     _launch(tmux, _wizard_env)
     tmux.keys("F10")
     tmux.wait_for("Quick start")
@@ -313,15 +339,15 @@ def test_quick_start_lists_the_fitting_strategies_and_down_picks_one(tmux, _wiza
     line = next(line for line in chosen.splitlines() if "Chosen:" in line)
     tmux.keys("Enter")
     tmux.wait_for("6. Review")
-    _quit_saved(tmux)
+    _saved(tmux, _wizard_env)
     label = line.split("Chosen:", 1)[1].split("—")[0].strip()
     assert label and label not in next(line for line in screen.splitlines() if "Proposed:" in line)
+    _ctrl_c_with_unsaved_edits_writes_the_draft_and_exits_130(tmux, _wizard_env)
 
 
 # -- 6 --------------------------------------------------------------------------------------
 
-def test_messages_huge_integer_emoji_and_multi_line_paste(tmux, _wizard_env):
-    _launch(tmux, _wizard_env)
+def _messages_huge_integer_emoji_and_multi_line_paste(tmux: Tmux, work: Path) -> None:
     _step(tmux, "F5")
     tmux.focus("training.max_steps")
     tmux.text("99999999999999999999999")
@@ -336,8 +362,8 @@ def test_messages_huge_integer_emoji_and_multi_line_paste(tmux, _wizard_env):
     tmux("set-buffer", "-b", "multi", "first-line\nsecond-line\n")
     tmux("paste-buffer", "-p", "-b", "multi", "-t", tmux.target)  # bracketed, as a terminal pastes
     tmux.wait_for("only the first was kept")
-    _quit_saved(tmux)
-    settings = tomllib.loads((_wizard_env / "settings.toml").read_text())
+    _saved(tmux, work)
+    settings = tomllib.loads((work / "settings.toml").read_text())
     assert settings["output"]["dir"] == "first-line" and settings["training"]["max_steps"] == 9
 
 

@@ -30,6 +30,7 @@ class Tmux:
         require_mark("terminal", "drives a terminal (tmux)")
         self.base = [tmux, "-L", socket]
         self.target = target
+        self._next_key_at = 0.0  # keys(): the earliest moment the next key may go
 
     def __call__(self, *args: str) -> str:
         return subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=30).stdout
@@ -37,19 +38,28 @@ class Tmux:
     def screen(self) -> str:
         return self("capture-pane", "-p", "-t", self.target)
 
+    def _send(self, *args: str) -> None:
+        """send-keys, no sooner than the pace of the last typed key allows (a read of the
+        screen in between needs no pause: only the next key must not overtake a focus change)."""
+        wait = self._next_key_at - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        self("send-keys", "-t", self.target, *args)
+
     def keys(self, *keys: str, pace: float = 0.4) -> None:
-        """One key at a time, as typed: a focus change must land before the next key."""
+        """One key at a time, as typed: a focus change must land before the next key (each key
+        is followed by `pace` seconds before any other key is sent, by this call or the next)."""
         for key in keys:
-            self("send-keys", "-t", self.target, key)
-            time.sleep(pace)
+            self._send(key)
+            self._next_key_at = time.monotonic() + pace
 
     def burst(self, *keys: str) -> None:
         """Every key in one send-keys call: no pause at all between them."""
-        self("send-keys", "-t", self.target, *keys)
+        self._send(*keys)
 
     def text(self, text: str) -> None:
         """Literal text in one call (what a terminal sends for an unbracketed paste)."""
-        self("send-keys", "-t", self.target, "-l", text)
+        self._send("-l", text)
 
     def display(self, fmt: str) -> str:
         return self("display-message", "-p", "-t", self.target, fmt).strip()

@@ -1,8 +1,10 @@
-"""Rank-divergent faults for tests/reliability/processes/test_rank_divergent_faults.py: a callback module a
-test copies into its project folder and names with ``tuner run --callback rank_faults:Fault``.
+"""Rank-divergent faults for tests/reliability/processes/fault_runs.py (test_rank_faults_that_end.py,
+test_rank_faults_that_hang.py): a callback module a test copies into its project folder and
+names with ``tuner run --callback rank_faults:Fault``.
 ``TUNER_TEST_FAULT`` picks the fault; the rank that injects it first writes ``fault.time``
 (when) into the project folder, so that the test measures from the fault to the run's end.
-(``partial_checkpoint`` is not injected here: the test lays the checkpoints out before the run.)"""
+``TUNER_TEST_FAULT_STEP`` (default 3) is the step it strikes at. (``partial_checkpoint`` is not
+injected here: the test lays the checkpoints out before the run.)"""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 FAULT = os.environ.get("TUNER_TEST_FAULT", "")
-AT_STEP = 3
+AT_STEP = int(os.environ.get("TUNER_TEST_FAULT_STEP", "3"))
 
 
 def _mark() -> None:

@@ -4,7 +4,10 @@ Both compile into the same ``build/``; each must train (or refuse) with the sett
 started with, into its own output folder, and never exit 0 for a run that trained something
 else. Most repetitions race two runs that are refused after their compile and their output
 lock but before any rank starts (their output folder already holds a run): each refusal must
-name the run's own output folder. Two repetitions launch real ranks.
+name the run's own output folder. Those runs are `tuner run`'s own code in two processes forked
+at the same moment from one interpreter that has imported tuner (`RACER`: one interpreter start
+for the eight pairs instead of sixteen; the same compile, the same lock, across real processes).
+Two repetitions launch real ranks.
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.reliability.conftest import run_env
 from tests.reliability.processes.processes import leftovers
+from tests.reliability.rel_helpers import rank_lines
 
 pytestmark = pytest.mark.slow  # starts tuner processes (and ranks)
 
@@ -69,17 +74,78 @@ CHEAP = [  # (a: output, strategy extra), (b: ...): same and different strategie
     ("out-a", FSDP2, "out-b", FSDP2), ("out", "", "out", FSDP2), ("out", "", "out", ""),
     ("out-a", "", "out-b", FSDP2), ("out", FSDP2, "out", ""),
 ]
+#: `tuner run a.toml` and `tuner run b.toml` in each folder of argv[1] (JSON), as two processes forked
+#: at once (both wait on one pipe, then run): their exit codes, their output in the folder's a.err/b.err.
+#: It warms up first with one refusal in argv[2], so that the forked runs import nothing of their own.
+RACER = textwrap.dedent("""\
+    import json, os, sys, traceback
+    from tuner.commands.cli import main
+
+    def run(name):
+        try:
+            code = main(["run", f"{name}.toml"])
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+            code = 70
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return code or 0
+
+    os.chdir(sys.argv[2])
+    assert run("a") == 2, "the warm-up run was not refused"
+    got = []
+    for d in json.loads(sys.argv[1]):
+        r, w = os.pipe()
+        kids = {}
+        for name in ("a", "b"):
+            pid = os.fork()
+            if pid == 0:
+                os.close(w)
+                os.chdir(d)
+                fd = os.open(f"{name}.err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                os.read(r, 1)  # the start: both at once
+                os._exit(run(name))
+            kids[name] = pid
+        os.close(r)
+        os.write(w, b"go")
+        os.close(w)
+        got.append({n: os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for n, p in kids.items()})
+    print(json.dumps(got))
+""")
+
+
+def _forked_races(dirs: list[Path], warm: Path) -> list[dict[str, subprocess.CompletedProcess]]:
+    """Each folder's two runs raced by RACER: per folder, name -> (exit code, "", its output)."""
+    p = subprocess.run([sys.executable, "-c", RACER, json.dumps([str(d) for d in dirs]), str(warm)],
+                       capture_output=True, text=True, env=run_env(), timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    codes = json.loads(p.stdout.strip().splitlines()[-1])
+    return [{n: subprocess.CompletedProcess(["tuner", "run", f"{n}.toml"], code[n], "",
+                                            (d / f"{n}.err").read_text(errors="replace")) for n in ("a", "b")}
+            for d, code in zip(dirs, codes, strict=True)]
 
 
 def test_racing_runs_are_refused_with_their_own_folder(tmp_path):
     """8 racing pairs refused before any rank starts (their folders hold an earlier run): each
     names its own output folder (or the other run's lock on a shared one), never the other's."""
+    dirs = []
     for i, (out_a, extra_a, out_b, extra_b) in enumerate(CHEAP):
         d = tmp_path / f"p{i}"
         _project(d, (out_a, 2, extra_a), (out_b, 3, extra_b))
         for out in {out_a, out_b}:
             _earlier_run(d / out)
-        got = _race(d, timeout=200)
+        dirs.append(d)
+    warm = tmp_path / "warm"
+    _project(warm, ("out", 2, ""), ("out", 2, ""))
+    _earlier_run(warm / "out")
+    before = rank_lines()
+    races = _forked_races(dirs, warm)
+    assert rank_lines() == before, "a refused run started ranks"
+    for i, ((out_a, _, out_b, _), d, got) in enumerate(zip(CHEAP, dirs, races, strict=True)):
         for name, out, other in (("a", out_a, out_b), ("b", out_b, out_a)):
             p = got[name]
             assert p.returncode == 2, (i, name, p.returncode, p.stderr[-2000:])
