@@ -5,7 +5,8 @@ The script needs no change: on GPUs it runs under accelerate's own launcher with
 compiled YAML; on CPU it runs on real gloo ranks with the environment accelerate derives
 from that YAML and the CPU state correction installed before its first `Accelerator`
 (runtime/bootstrap.py). Launcher flags (``--machine-rank`` ...) go before the script;
-everything after the script (or module) name is the script's own.
+everything after the script (or module) name is the script's own. How the ranks start is
+decided by the run plan (runtime/run_plan.py), as for `tuner run` and `tuner check`.
 """
 
 from __future__ import annotations
@@ -36,19 +37,19 @@ def run(args) -> int:
         code = run_checks(args, target, "tuner launch")
         if code:
             return code
+    from ..runtime import run_execute
     from ..runtime.artefacts import RunError, load
+    from ..runtime.launch import launch
+    from ..runtime.run_plan import LAUNCH, Options, make_plan
 
     try:
         arts = load(args.build_dir)
-        from ..runtime.launch import Topology, launch, script_entry
-
-        topo = Topology.resolve(arts, args.machine_rank, args.main_address, args.main_port)
-        from ..runtime.launch_env import trainer_save_note
-
-        note = trainer_save_note(arts, target)
-        if note:
-            print(f"tuner launch: {note}", file=sys.stderr, flush=True)
-        return launch(arts, script_entry(arts, target), topo)
+        with make_plan(arts, Options.of(LAUNCH, args, target)) as plan:
+            if plan.refusal:
+                print(f"tuner launch: {plan.refusal.message}", file=sys.stderr)
+                return plan.refusal.exit_code
+            run_execute.show(plan)
+            return launch(plan, arts)
     except RunError as exc:
         print(f"tuner launch: {exc.message}", file=sys.stderr)
         return exc.exit_code

@@ -7,10 +7,11 @@
   with torch's elastic launcher (what ``torchrun`` uses), each with the environment
   accelerate's launcher derives from the same YAML (`launch_env.accelerate_env`).
 
-What a rank runs is an `Entry`: tuner's own trainer (``-m tuner.runtime.worker``) for
-`tuner run`, or ``-m tuner.runtime.bootstrap`` around a person's script for `tuner launch`.
-Everything else is shared: machine rank and rendezvous (`launch_env.Topology`), rank death,
-signals, exit codes and messages.
+Which launcher, what a rank runs (tuner's own trainer, ``-m tuner.runtime.worker``, for
+`tuner run`, or ``-m tuner.runtime.bootstrap`` around a person's script for `tuner launch`),
+the ranks' environment and this machine's place in the job are the run plan's
+(runtime/run_plan.py), decided before `launch` is called. Everything else is shared: rank
+death, signals, exit codes and messages.
 
 A rank that dies ends the run: the elastic agent notices within `MONITOR_INTERVAL_S`, stops
 the others (SIGTERM, then SIGKILL after `STOP_GRACE_S`), and `launch` returns non-zero with
@@ -30,15 +31,19 @@ import signal
 import subprocess
 import sys
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..compiler.diagnostics import EXIT_OK, EXIT_RANK_FAILED, EXIT_USAGE
 from . import knobs
 from .artefacts import Artefacts
-from .launch_env import Topology, accelerate_env, config_flags, free_port, port_taken, port_taken_message
+from .launch_env import Topology, accelerate_env, free_port, port_taken_message, rank_threads, use_gpu_launcher
 
-__all__ = ["Entry", "Topology", "accelerate_env", "launch", "script_entry", "worker_entry"]
+if TYPE_CHECKING:
+    from .run_plan import Launcher, RunPlan
+
+__all__ = ["Entry", "Topology", "accelerate_env", "launch", "rank_threads", "use_gpu_launcher"]
 
 MONITOR_INTERVAL_S = 0.5
 STOP_GRACE_S = 10
@@ -59,80 +64,22 @@ class Entry:
     """Whether the run writes tuner checkpoints (named when it is interrupted)."""
 
 
-def worker_entry(arts: Artefacts, resume: str, max_steps: int | None,
-                 callbacks: tuple[str, ...] | list[str] = (), new_global_batch: bool = False) -> Entry:
-    """`callbacks`: ``MODULE:NAME`` specs each rank loads (runtime/callbacks.py)."""
-    args = [str(arts.build_dir.resolve())]
-    if resume and os.path.exists(resume):
-        resume = os.path.abspath(resume)  # given relative to the caller's working directory
-    if resume:
-        args += ["--resume", resume]
-    if max_steps is not None:
-        args += ["--max-steps", str(max_steps)]
-    for spec in callbacks:
-        args += ["--callback", spec]
-    if new_global_batch:
-        args.append("--new-global-batch")
-    return Entry("tuner run", "tuner.runtime.worker", args)
+def launch(plan: RunPlan, arts: Artefacts) -> int:
+    """Run every rank of this machine to the end, as `plan` says (runtime/run_plan.py: made, and
+    any refusal said, before this is called); returns the command's exit status."""
+    how, topo = plan.launcher, plan.topology
+    assert how is not None and topo is not None and plan.refusal is None
+    entry = Entry(how.command, how.module, list(how.args), list(how.gpu_argv) if how.gpu_argv is not None else None,
+                  how.checkpoints)
+    with contextlib.chdir(how.cwd):
+        if how.kind == "accelerate":
+            return _launch_accelerate(arts, entry, list(how.accelerate))
+        if how.note:
+            print(how.note, file=sys.stderr)
+        return _launch_cpu(arts, entry, topo, how)
 
 
-def script_entry(arts: Artefacts, target: list[str]) -> Entry:
-    """`target` is ``[SCRIPT, ARGS...]`` or ``["-m", MODULE, ARGS...]``."""
-    gpu = ["--module", *target[1:]] if target[0] == "-m" else list(target)
-    return Entry("tuner launch", "tuner.runtime.bootstrap", [str(arts.build_dir), *target], gpu_argv=gpu,
-                 checkpoints=False)
-
-
-def use_gpu_launcher(arts: Artefacts) -> bool:
-    if arts.plan.platform == "cpu":
-        return False
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:
-        return False
-
-
-def launch(arts: Artefacts, entry: Entry, topo: Topology | None = None) -> int:
-    """Run every rank of this machine to the end; returns the command's exit status."""
-    from .extras import check_installed
-
-    # A package the build needs and this installation lacks (DeepSpeed, diffusers, peft come
-    # with their own extras): one message naming the extra, before any rank starts.
-    check_installed(arts, trains=entry.module == "tuner.runtime.worker")
-    knobs.check()  # a bad TUNER_HANG_S / _PG_TIMEOUT / _RDZV_TIMEOUT is named before any rank starts
-    if arts.plan.uses_deepspeed:  # a build lock left by a killed build would hang every rank, silently
-        from .artefacts import RunError
-        from .op_cache import refuse_stale
-
-        try:
-            refuse_stale()
-        except RunError as exc:
-            print(f"{entry.command}: {exc.message}", file=sys.stderr, flush=True)
-            return EXIT_USAGE
-    topo = topo or Topology.resolve(arts)
-    if topo.num_machines > 1 and topo.machine_rank == 0 and port_taken(topo.main_port):
-        print(port_taken_message(entry.command, topo.main_port), file=sys.stderr)
-        return EXIT_RANK_FAILED
-    # tuner's own trainer runs in the project directory (where the settings file is): the
-    # settings' relative paths (output, NVMe swap) resolve against it, from any working
-    # directory. A person's script keeps the caller's working directory, as with `accelerate
-    # launch`; the DeepSpeed file reaches it by absolute path (`launch_env.config_flags`).
-    cwd = arts.base_dir if entry.checkpoints else Path.cwd()
-    with contextlib.chdir(cwd):
-        if use_gpu_launcher(arts):
-            return _launch_accelerate(arts, entry, topo)
-        if arts.plan.platform not in ("cpu", "auto"):
-            print(f"{entry.command}: the artefacts target {arts.plan.platform} but no GPU is visible; "
-                  f"running on CPU gloo ranks instead", file=sys.stderr)
-        return _launch_cpu(arts, entry, topo)
-
-
-def _launch_accelerate(arts: Artefacts, entry: Entry, topo: Topology) -> int:
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *config_flags(arts),
-           *topo.accelerate_flags(),
-           *(entry.gpu_argv if entry.gpu_argv is not None else ["--module", entry.module, *entry.args])]
+def _launch_accelerate(arts: Artefacts, entry: Entry, cmd: list[str]) -> int:
     proc = subprocess.Popen(cmd)
     got: list[int] = []
 
@@ -156,32 +103,16 @@ def _launch_accelerate(arts: Artefacts, entry: Entry, topo: Topology) -> int:
     return rc
 
 
-def rank_threads(nproc: int) -> dict[str, str]:
-    """OMP_NUM_THREADS for CPU ranks: the person's own setting wins (accelerate launch's rule);
-    unset, the machine's cores shared among the ranks."""
-    if os.environ.get("OMP_NUM_THREADS"):
-        return {}
-    return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc))}
-
-
-def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology) -> int:
-    from .cpu_shim import accelerate_version, check_accelerate_version
-
-    # The ranks' CPU layer writes accelerate's private state: refuse an untested accelerate
-    # here, once, before any rank starts (each rank checks again).
-    if not check_accelerate_version(accelerate_version()):
-        print(f"{entry.command}: warning: accelerate {accelerate_version()} is not a tested version "
-              f"(TUNER_ALLOW_UNTESTED is set)", file=sys.stderr)
-    nproc = max(1, int(arts.plan.processes_per_machine))
+def _launch_cpu(arts: Artefacts, entry: Entry, topo: Topology, how: Launcher) -> int:
     if topo.num_machines > 1:  # every machine meets at the one port they all know
-        return _launch_cpu_once(arts, entry, topo, nproc)
+        return _launch_cpu_once(arts, entry, topo, how)
     # One machine: any free port will do (another run may hold the compiled one). Two runs
     # started at the same moment can both find the same port free and race for it; the loser
     # learns it before any rank starts and tries again on a port the system picks.
     for attempt in range(3):
-        topo.main_port = free_port(topo.main_port if attempt == 0 else 0)
+        topo = replace(topo, main_port=free_port(topo.main_port if attempt == 0 else 0))
         try:
-            return _launch_cpu_once(arts, entry, topo, nproc)
+            return _launch_cpu_once(arts, entry, topo, how)
         except _PortRaced:
             print(f"{entry.command}: the rendezvous port {topo.main_port} was free when looked at and taken when "
                   f"bound (another program or run); starting the ranks on a port the system picks", file=sys.stderr,
@@ -194,20 +125,18 @@ class _PortRaced(Exception):
     """The rendezvous port was free when looked at and taken when bound."""
 
 
-def _launch_cpu_once(arts: Artefacts, entry: Entry, topo: Topology, nproc: int) -> int:
+def _launch_cpu_once(arts: Artefacts, entry: Entry, topo: Topology, how: Launcher) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
-    env = accelerate_env(arts, topo)
-    env.update(rank_threads(nproc))
-    os.environ.update(env)
+    os.environ.update(dict(how.env))  # the plan's: accelerate's derivation from the compiled YAML
     if topo.num_machines > 1:
         # Every machine must meet at the same address and port: no fallback port here.
         endpoint, run_id = f"{topo.main_address}:{topo.main_port}", topo.run_id
     else:
         endpoint, run_id = f"127.0.0.1:{topo.main_port}", f"tuner-{uuid.uuid4().hex[:8]}"
-    config = launch_config(topo, nproc, endpoint, run_id)
+    config = launch_config(topo, how.nproc, endpoint, run_id)
     from .hang_watch import HangWatch
 
     watch = HangWatch(_ranks_output(arts)) if entry.module == "tuner.runtime.worker" else None

@@ -30,7 +30,7 @@ def _first_env(names: tuple[str, ...]) -> tuple[str, str] | None:
     return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Topology:
     num_machines: int
     machine_rank: int
@@ -96,7 +96,7 @@ def config_flags(arts: Artefacts) -> list[str]:
     return flags
 
 
-def accelerate_env(arts: Artefacts, topo: Topology | None = None) -> dict[str, str]:
+def accelerate_env(arts: Artefacts, topo: Topology | None = None, check_port: bool | None = None) -> dict[str, str]:
     """The variables `accelerate launch --config_file <yaml>` would set for this config.
 
     accelerate's own code derives them (`tuner.runtime.verify.launch_env`, the derivation
@@ -111,12 +111,32 @@ def accelerate_env(arts: Artefacts, topo: Topology | None = None) -> dict[str, s
         argv += topo.accelerate_flags()
     # accelerate refuses a busy main port on machine 0; tuner's own rendezvous is about to
     # bind it on this very machine, so that check says nothing here.
+    # (`check_port=False`: the run plan's, made before tuner's launcher picks a free port itself.)
     machine0 = topo is not None and topo.num_machines > 1 and topo.machine_rank == 0
-    args, env = launch_env(argv, check_port=not machine0)
+    args, env = launch_env(argv, check_port=not machine0 if check_port is None else check_port)
     changed = {k: v for k, v in env.items() if os.environ.get(k) != v and k != "PYTHONPATH"}
     if arts.plan.platform == "cpu" or args.use_cpu:
         changed["ACCELERATE_USE_CPU"] = "true"
     return changed
+
+
+def use_gpu_launcher(arts: Artefacts) -> bool:
+    if arts.plan.platform == "cpu":
+        return False
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def rank_threads(nproc: int) -> dict[str, str]:
+    """OMP_NUM_THREADS for CPU ranks: the person's own setting wins (accelerate launch's rule);
+    unset, the machine's cores shared among the ranks."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc))}
 
 
 def free_port(preferred: int) -> int:

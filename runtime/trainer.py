@@ -21,7 +21,7 @@ import torch
 
 from ..compiler.plan.strategy import Strategy
 from . import checkpoint as ckpt
-from . import cpu_shim, knobs, portable_state, rank_guard, resume_agree, resume_rules, tracking
+from . import cpu_shim, knobs, portable_state, rank_guard, resume_agree, tracking
 from .artefacts import Artefacts, RunError
 from .callbacks import Callbacks
 from .checkpoint_io import quick_save
@@ -32,16 +32,21 @@ from .full_disk import full_disk_named
 from .memory import rank_state_bytes
 from .optim import offload_optimizer_block, optimizer_and_scheduler
 from .progress import Reporter
+from .run_plan import RankPlan
 
 
 class Trainer:
-    def __init__(self, arts: Artefacts, resume: str = "", max_steps: int | None = None,
-                 callbacks: Iterable[Any] = (), new_global_batch: bool = False) -> None:
+    def __init__(self, arts: Artefacts, plan: RankPlan | None = None, callbacks: Iterable[Any] = ()) -> None:
+        """`plan`: the ranks' part of the run plan, decided before any rank started
+        (runtime/run_plan.py: what to resume, the step count); None: a fresh start."""
         self.arts = arts
-        self.new_global_batch = new_global_batch
         self.s = arts.settings
-        self.resume_arg = resume or self.s.checkpoint.resume
-        self.max_steps_override = max_steps
+        if plan is None and self.s.checkpoint.resume:
+            raise RunError(f"checkpoint.resume = {self.s.checkpoint.resume!r} is decided before the ranks start, by "
+                           "`tuner run` (its run plan, runtime/run_plan.py); this trainer was started without one: "
+                           "start it with `tuner run`, or give it the plan (Trainer(arts, plan=...))")
+        self.plan = plan or RankPlan()
+        self.max_steps_override = self.plan.max_steps
         self.strategy = arts.plan.strategy
         self.is_ds = self.strategy.is_deepspeed
         self.out = arts.output_dir
@@ -203,31 +208,38 @@ class Trainer:
         self.step, self.epoch, self.batches_in_epoch, self.tokens_seen = 0, 0, 0, 0
         if self.main:
             ckpt.remove_partial(self.ckdir)
-        # every rank the same checkpoint, or none trains: runtime/resume_agree.py
-        path = resume_agree.agreed(lambda: ckpt.resolve_resume(self.resume_arg, self.out), self.ckdir) \
-            if self.resume_arg else None
+        # What to resume, its compatibility and the data position were decided before any rank
+        # started (runtime/run_plan.py). Each rank's own view of the folder is compared here:
+        # every rank the same checkpoint, or none trains (runtime/resume_agree.py).
+        r = self.plan.resume
+        path = resume_agree.agreed(lambda: self._planned_checkpoint(), self.ckdir) if r.asked else None
         if path is None:
-            if self.resume_arg:
+            if r.asked:
                 self.say(f"no checkpoint to resume in {self.ckdir}; starting fresh")
             return
         meta = ckpt.read_meta(path)
-        now = resume_rules.Layout.of(self.s.training, self.world)
-        kept = resume_rules.check_compatible(meta, self.strategy, self._state_dict_type(), now, path,
-                                             self.new_global_batch)
-        ckpt.check_step(meta, self.total_steps, path)
+        if not r.step_checked:  # a run by epochs: its last step is known only now, with the data read
+            ckpt.check_step(meta, self.total_steps, path)
         try:  # a garbled state file: one message naming the last intact checkpoint, not a traceback
-            kept = "; ".join(x for x in (kept, portable_state.load_state(self, path, meta)) if x)
+            kept = "; ".join(x for x in (r.kept, portable_state.load_state(self, path, meta)) if x)
         except ckpt.read_errors() as exc:
             raise ckpt.unreadable(path, exc) from None
         self.step, self.epoch, self.tokens_seen = meta.step, meta.epoch, meta.tokens_seen
-        self.batches_in_epoch, short = resume_rules.batches_to_skip(meta, now)
+        self.batches_in_epoch, short = r.skip, r.short
         self.say(f"resumed from {path} at step {self.step} (epoch {self.epoch}, batch {self.batches_in_epoch})")
         if kept:
             self.say(f"resume: {kept}")
         if short:
-            self.say(f"resume: the data position ({resume_rules.position_samples(meta)} samples into epoch "
-                     f"{self.epoch}) is not a whole number of rounds of {now.micro * now.world}; {short} samples "
-                     f"are trained again")
+            self.say(f"resume: the data position ({r.position} samples into epoch {self.epoch}) is not a whole "
+                     f"number of rounds of {r.round}; {short} samples are trained again")
+
+    def _planned_checkpoint(self) -> Path | None:
+        """The plan's checkpoint, as this rank sees it (still there and complete), or None."""
+        if not self.plan.resume.checkpoint:
+            return None
+        path = Path(self.plan.resume.checkpoint)
+        ckpt.read_meta(path)
+        return path
 
     def _state_dict_type(self) -> ckpt.HeldState:
         return ckpt.state_dict_kind(self.strategy, self.s.checkpoint.state_dict_type)

@@ -1,10 +1,12 @@
-"""Entry point of one rank: ``python -m tuner.runtime.worker BUILD_DIR [--resume X] [--max-steps N]
-[--callback MODULE:NAME]... [--new-global-batch]``.
+"""Entry point of one rank: ``python -m tuner.runtime.worker BUILD_DIR [--plan FILE] [--max-steps N]
+[--callback MODULE:NAME]...``.
 
 Started by `tuner.runtime.launch` (torch's elastic launcher on CPU, `accelerate launch`
-on GPUs), never by hand. A user error prints one line (on rank 0) and exits 2; anything
-else is a crash with a traceback, which the launcher reports with the rank's number.
-A module of your own can call `main(argv, callbacks=[...])` to run the trainer with
+on GPUs), never by hand. ``--plan`` names the ranks' part of the run plan (runtime/run_plan.py:
+what to resume, the step count, the callbacks), decided once before any rank started; the rank
+reads it and decides none of it again. Without one the rank starts fresh. A user error
+prints one line (on rank 0) and exits 2; anything else is a crash with a traceback, which
+the launcher reports with the rank's number. A module of your own can call `main(argv, callbacks=[...])` to run the trainer with
 callback objects (runtime/callbacks.py); ``--callback`` names them for `tuner run`.
 """
 
@@ -14,6 +16,7 @@ import argparse
 import errno
 import os
 import sys
+from dataclasses import replace
 
 from ..compiler.diagnostics import EXIT_OK, EXIT_USAGE
 
@@ -38,10 +41,9 @@ def _shutdown() -> None:
 def main(argv: list[str] | None = None, callbacks: list | None = None) -> int:
     p = argparse.ArgumentParser(prog="tuner.runtime.worker")
     p.add_argument("build_dir")
-    p.add_argument("--resume", default="")
+    p.add_argument("--plan", default=None, metavar="FILE")
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--callback", action="append", default=[], metavar="MODULE:NAME")
-    p.add_argument("--new-global-batch", action="store_true")
     args = p.parse_args(argv)
     from . import rank_guard
 
@@ -59,14 +61,18 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> int:
             announce_builds()
         from . import callbacks as cbs
         from .check.observer import redirect_output, rehearsal  # `tuner check` only
+        from .run_plan import RankPlan, read_rank_plan
         from .trainer import Trainer
 
+        plan = read_rank_plan(args.plan) if args.plan else RankPlan()
+        if args.max_steps is not None or args.callback:  # a rank started by hand
+            plan = replace(plan, max_steps=plan.max_steps if args.max_steps is None else args.max_steps,
+                           callbacks=(*plan.callbacks, *args.callback))
         arts = redirect_output(arts)  # `tuner check`: under the check's temporary folder
         rank_guard.watch(arts.output_dir)  # what this rank does, for the launcher's hang watch
-        given = [rank_guard.PhaseCallback(), *(callbacks or []), *(cb for spec in args.callback for cb in cbs.load(spec))]
+        given = [rank_guard.PhaseCallback(), *(callbacks or []), *(cb for spec in plan.callbacks for cb in cbs.load(spec))]
         with rehearsal():
-            Trainer(arts, resume=args.resume, max_steps=args.max_steps, callbacks=given,
-                    new_global_batch=args.new_global_batch).train()
+            Trainer(arts, plan=plan, callbacks=given).train()
         _shutdown()
     except (RunError, FamilyError) as exc:
         if os.environ.get("LOCAL_RANK", rank) == "0":  # once per machine: each launcher's log says why

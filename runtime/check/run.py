@@ -24,6 +24,7 @@ from .findings import Report, fault
 
 if TYPE_CHECKING:
     from ..artefacts import Artefacts
+    from ..run_plan import Options
 
 #: Optimizer steps the rehearsal runs (then the ranks stop). Not fewer: DeepSpeed's WarmupLR
 #: runs the first two steps at lr 0 (the zero2_offload example), and a step at lr 0 proves
@@ -71,21 +72,30 @@ def launch_part(build_dir: Path, target: list[str] | None, machine_rank: int | N
     return arts, topo
 
 
-def rehearse(arts: Artefacts, topo, target: list[str] | None, report: Report, quiet_stdout: bool) -> None:
-    from ..launch import launch, script_entry, worker_entry
+def rehearse(arts: Artefacts, opts: Options, report: Report, quiet_stdout: bool) -> None:
+    """The ranks started as the run plan says (runtime/run_plan.py, the plan `tuner run` and
+    `tuner launch` make), under the observer; a refusal of the plan is the check's (exit 2)."""
+    from ..artefacts import RunError
+    from ..launch import launch
+    from ..run_execute import write_rank_plan
+    from ..run_plan import make_plan
     from .analyse import analyse, read_facts
     from .observer import DIR_ENV, STEPS_ENV
 
     t0, wall0 = time.monotonic(), time.time()
-    ppm = max(1, int(arts.plan.processes_per_machine))
-    ranks = list(range(topo.machine_rank * ppm, (topo.machine_rank + 1) * ppm))
-    with tempfile.TemporaryDirectory(prefix="tuner-check-") as d:
+    target = list(opts.target) or None
+    with tempfile.TemporaryDirectory(prefix="tuner-check-") as d, make_plan(arts, opts, Path(d)) as plan:
+        if plan.refusal:
+            raise RunError(plan.refusal.message, plan.refusal.exit_code)
+        assert plan.topology is not None
+        ppm = max(1, int(arts.plan.processes_per_machine))
+        ranks = list(range(plan.topology.machine_rank * ppm, (plan.topology.machine_rank + 1) * ppm))
+        write_rank_plan(plan)
         saved = {k: os.environ.get(k) for k in (DIR_ENV, STEPS_ENV)}
         os.environ[DIR_ENV], os.environ[STEPS_ENV] = d, str(STEPS)
-        entry = script_entry(arts, target) if target else worker_entry(arts, "", None)
         try:
             with _stdout_to_stderr(quiet_stdout):
-                rc = launch(arts, entry, topo)
+                rc = launch(plan, arts)
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -98,7 +108,7 @@ def rehearse(arts: Artefacts, topo, target: list[str] | None, report: Report, qu
     findings = analyse(arts, facts, ranks, own_trainer=not target)
     report.timings["rehearsal: judging"] = round(time.time() - wall1, 2)
     if rc not in (0, None) and not any(f.check == "rehearsal" for f in findings):
-        findings.append(fault("rehearsal", f"machine {topo.machine_rank}", f"the ranks exited with status {rc}",
+        findings.append(fault("rehearsal", f"machine {plan.topology.machine_rank}", f"the ranks exited with status {rc}",
                               "see the ranks' output above"))
     report.add(findings)
     report.timings["rehearsal"] = round(time.monotonic() - t0, 2)
@@ -142,9 +152,12 @@ def _stdout_to_stderr(on: bool):
 def check(build_dir: Path, target: list[str] | None, machine_rank: int | None = None, main_address: str | None = None,
           main_port: int | None = None, skip: frozenset[str] = frozenset(), launch_only: bool = False,
           quiet_stdout: bool = False) -> Report:
+    from ..run_plan import CHECK, Options
+
     report = Report(skip=skip)
-    arts, topo = launch_part(build_dir, target, machine_rank, main_address, main_port, report)
+    arts, _ = launch_part(build_dir, target, machine_rank, main_address, main_port, report)
     if report.faults or arts is None or launch_only:
         return report
-    rehearse(arts, topo, target, report, quiet_stdout)
+    rehearse(arts, Options(CHECK, tuple(target or ()), machine_rank=machine_rank, main_address=main_address,
+                           main_port=main_port), report, quiet_stdout)
     return report
