@@ -307,7 +307,9 @@ def _after_too_small_a_field_has_focus(tmux: Tmux, work: Path) -> None:
     _step(tmux, "F5")
     tmux.focus("training.max_steps")
     settle_size(tmux, 30, 8)
-    tmux.wait_for("too small")
+    # the too-small message ("Terminal 30x8 is too small: enlarge it to at least 60x16"), read by its
+    # left half: an earlier sequence's "Saved" notice may still cover the right half of 30 columns
+    tmux.wait_for("enlarge it to")
     settle_size(tmux, 80, 24)
     tmux.wait_for("5. Precision")
     tmux.keys("4", "4")
