@@ -31,14 +31,14 @@ import signal
 import subprocess
 import sys
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..compiler.diagnostics import EXIT_OK, EXIT_RANK_FAILED, EXIT_USAGE
 from . import knobs
 from .artefacts import Artefacts
-from .launch_env import Topology, accelerate_env, free_port, port_taken_message, rank_threads, use_gpu_launcher
+from .launch_env import Entry, Topology, accelerate_env, free_port, port_taken_message, rank_threads, use_gpu_launcher
 
 if TYPE_CHECKING:
     from .run_plan import Launcher, RunPlan
@@ -51,26 +51,12 @@ STOP_GRACE_S = 10
 DEATH_BOUND_S = MONITOR_INTERVAL_S + STOP_GRACE_S + 20
 
 
-@dataclass
-class Entry:
-    """What every rank runs: ``python -m MODULE ARGS`` (ranks) for one command."""
-
-    command: str  # "tuner run" / "tuner launch": the prefix of every message
-    module: str
-    args: list[str] = field(default_factory=list)
-    gpu_argv: list[str] | None = None
-    """What `accelerate launch` runs on GPUs (None: ``--module MODULE ARGS``)."""
-    checkpoints: bool = True
-    """Whether the run writes tuner checkpoints (named when it is interrupted)."""
-
-
 def launch(plan: RunPlan, arts: Artefacts) -> int:
     """Run every rank of this machine to the end, as `plan` says (runtime/run_plan.py: made, and
     any refusal said, before this is called); returns the command's exit status."""
     how, topo = plan.launcher, plan.topology
     assert how is not None and topo is not None and plan.refusal is None
-    entry = Entry(how.command, how.module, list(how.args), list(how.gpu_argv) if how.gpu_argv is not None else None,
-                  how.checkpoints)
+    entry = how.entry
     with contextlib.chdir(how.cwd):
         if how.kind == "accelerate":
             return _launch_accelerate(arts, entry, list(how.accelerate))

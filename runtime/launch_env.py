@@ -30,6 +30,19 @@ def _first_env(names: tuple[str, ...]) -> tuple[str, str] | None:
     return None
 
 
+
+@dataclass(frozen=True)
+class Entry:
+    """What every rank runs: ``python -m MODULE ARGS`` (ranks) for one command."""
+
+    command: str  # "tuner run" / "tuner launch": the prefix of every message
+    module: str
+    args: tuple[str, ...] = ()
+    gpu_argv: tuple[str, ...] | None = None
+    """What `accelerate launch` runs on GPUs (None: ``--module MODULE ARGS``)."""
+    checkpoints: bool = True
+    """Whether the run writes tuner checkpoints (named when it is interrupted)."""
+
 @dataclass(frozen=True)
 class Topology:
     num_machines: int

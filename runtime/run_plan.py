@@ -43,7 +43,7 @@ from typing import Any
 
 from ..compiler.diagnostics import EXIT_INVALID, EXIT_RANK_FAILED
 from .artefacts import Artefacts, RunError
-from .launch_env import Topology
+from .launch_env import Entry, Topology
 
 RUN, LAUNCH, CHECK = "tuner run", "tuner launch", "tuner check"
 #: The ranks' part of the plan, beside the build they read.
@@ -125,11 +125,7 @@ def read_rank_plan(path: str | os.PathLike) -> RankPlan:
 class Launcher:
     """How this machine's ranks start, and what each runs (``python -m MODULE ARGS``)."""
     kind: str  # "accelerate" (GPUs: accelerate's launcher) or "elastic" (CPU: torch's, gloo ranks)
-    command: str  # the prefix of the launcher's messages ("tuner run" / "tuner launch")
-    module: str
-    args: tuple[str, ...]
-    gpu_argv: tuple[str, ...] | None  # what accelerate's launcher runs (None: --module MODULE ARGS)
-    checkpoints: bool  # the ranks write tuner checkpoints (named when interrupted)
+    entry: Entry  # what each rank runs, and the prefix of the launcher's messages
     cwd: str
     nproc: int
     accelerate: tuple[str, ...] = ()  # the launcher command on GPUs
@@ -334,15 +330,14 @@ def _launcher(arts: Artefacts, opts: Options, plan: RunPlan, build: Path, plan_d
     nproc = max(1, int(arts.plan.processes_per_machine))
     topo = plan.topology
     assert topo is not None
-    common = dict(command=command, module=module, args=args, gpu_argv=gpu_argv, checkpoints=checkpoints,
-                  cwd=str(cwd), nproc=nproc)
+    entry = Entry(command, module, args, gpu_argv, checkpoints)
     flags = [_moved(f, arts.build_dir, build) for f in config_flags(arts)]
     if use_gpu_launcher(arts):
         import sys
 
         cmd = (sys.executable, "-m", "accelerate.commands.launch", *flags, *topo.accelerate_flags(),
                *(gpu_argv if gpu_argv is not None else ("--module", module, *args)))
-        launcher = Launcher("accelerate", accelerate=cmd, **common)  # type: ignore[arg-type]
+        launcher = Launcher("accelerate", entry, str(cwd), nproc, accelerate=cmd)
     else:
         from .cpu_shim import accelerate_version, check_accelerate_version
 
@@ -356,7 +351,7 @@ def _launcher(arts: Artefacts, opts: Options, plan: RunPlan, build: Path, plan_d
                                          f"tested version (TUNER_ALLOW_UNTESTED is set)") if x)
         env = {k: _moved(v, arts.build_dir, build) for k, v in accelerate_env(arts, topo, check_port=False).items()}
         env.update(rank_threads(nproc))
-        launcher = Launcher("elastic", env=tuple(sorted(env.items())), note=note, **common)  # type: ignore[arg-type]
+        launcher = Launcher("elastic", entry, str(cwd), nproc, env=tuple(sorted(env.items())), note=note)
     return replace(plan, build_dir=str(build), plan_file=str(plan_file) if plan.trains else "", notes=notes,
                    launcher=launcher)
 

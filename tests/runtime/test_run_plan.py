@@ -106,8 +106,8 @@ def test_the_plan_decides_the_resume_the_global_batch_and_the_data_position(tmp_
     copy = tmp_path / "out" / ".tuner-build"
     assert plan.build_dir == str(copy) and plan.plan_file == str(copy / run_plan.PLAN_FILE)
     assert plan.launcher is not None and plan.launcher.kind == "elastic" and plan.launcher.nproc == 4
-    assert plan.launcher.module == run_plan.WORKER
-    assert plan.launcher.args == (str(copy.resolve()), "--plan", str(copy / run_plan.PLAN_FILE))
+    assert plan.launcher.entry.module == run_plan.WORKER
+    assert plan.launcher.entry.args == (str(copy.resolve()), "--plan", str(copy / run_plan.PLAN_FILE))
     assert dict(plan.launcher.env)["ACCELERATE_USE_CPU"] == "true"
     # a step past the run's last is refused by the plan, naming it
     past = _plan(build, resume="latest", max_steps=1)
@@ -154,8 +154,8 @@ def test_a_launch_plan_runs_the_script_where_the_person_is(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     plan = _plan(build, command=run_plan.LAUNCH, target=("-m", "mymodule", "--x"))
     assert plan.refusal is None and plan.launcher is not None
-    assert plan.launcher.module == run_plan.BOOTSTRAP and plan.launcher.args == (str(build), "-m", "mymodule", "--x")
-    assert plan.launcher.gpu_argv == ("--module", "mymodule", "--x") and plan.launcher.cwd == str(tmp_path)
+    assert plan.launcher.entry.module == run_plan.BOOTSTRAP and plan.launcher.entry.args == (str(build), "-m", "mymodule", "--x")
+    assert plan.launcher.entry.gpu_argv == ("--module", "mymodule", "--x") and plan.launcher.cwd == str(tmp_path)
     assert not plan.trains and plan.plan_file == "" and plan.ranks == run_plan.RankPlan()
 
 
