@@ -45,10 +45,30 @@ def command(*args: str) -> list[str]:
 
 
 def _before(args: tuple, cwd: Path | None) -> None:
-    if args and str(args[0]) in RANK_COMMANDS:
+    if args and str(args[0]) in RANK_COMMANDS and _may_start_deepspeed(args[1:], Path(cwd or ".")):
         from tests.ops_wait import wait_for_ops
 
         wait_for_ops(nvme=any(_offloads_to_nvme(Path(cwd or ".") / str(a)) for a in args[1:]))
+
+
+def _may_start_deepspeed(rest: tuple, cwd: Path) -> bool:
+    """Whether `tuner run/launch/check REST` may start DeepSpeed ranks (and so need its ops).
+    No when it starts no rank (`check --launch-only`) or every build or settings file it names
+    is one without DeepSpeed; yes when it names one with DeepSpeed, or none that can be read
+    (the command then finds its build itself)."""
+    if "--launch-only" in map(str, rest):
+        return False
+    named = []
+    for a in map(str, rest):
+        path = cwd / a
+        try:
+            if (path / "manifest.json").is_file():
+                named.append((path / "deepspeed.json").is_file())
+            elif path.suffix == ".toml" and path.is_file():
+                named.append("deepspeed" in path.read_text(errors="replace"))
+        except OSError:
+            return True
+    return not named or any(named)
 
 
 def _offloads_to_nvme(path: Path) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 
 from tests import ops_wait
@@ -46,8 +47,6 @@ def test_the_ops_a_test_needs_built_means_no_wait_while_the_rest_build(monkeypat
         assert capsys.readouterr().out == ""
         (tmp_path / "progress").write_text("deepspeed_shm_comm\ncpu_adam\npin_memory\n")
         t0 = time.monotonic()
-        import threading
-
         threading.Timer(2.0, lambda: (tmp_path / "progress").write_text("all\n")).start()
         ops_wait.wait_for_ops(nvme=True)  # async_io: still building
         assert time.monotonic() - t0 >= 1.5
@@ -62,3 +61,34 @@ def test_build_ops_warm_says_whether_a_build_is_needed(tmp_path):
     r = subprocess.run([sys.executable, str(REPO / "scripts" / "build_ops.py"), "--warm"], env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and not list(tmp_path.iterdir()), r.stdout + r.stderr
+
+
+def test_only_a_command_that_may_start_deepspeed_ranks_waits(monkeypatch, tmp_path, capsys):
+    """`tuner check --launch-only` starts no rank and a DDP build's ranks load no DeepSpeed op:
+    neither waits for the build (a worker waited ~200 s on each, idle, in the first tests);
+    a ZeRO build, its settings file, or a command naming no build does."""
+    from tuner.compiler.compile import compile_text
+
+    from tests.harness import _before
+
+    ddp = compile_text('[hardware]\nplatform = "cpu"\nnum_processes = 2\n', out_dir=tmp_path / "ddp").write()
+    zero = compile_text('[hardware]\nplatform = "cpu"\nnum_processes = 2\n[deepspeed]\nenabled = true\nzero_stage = 2\n',
+                        out_dir=tmp_path / "zero").write()
+    (tmp_path / "zero.toml").write_text('[deepspeed]\nenabled = true\n')
+    proc = _build(monkeypatch, tmp_path, 60)
+    try:
+        for args in (("check", "--launch-only", "zero", "t.py"), ("run", "ddp"), ("launch", "ddp", "t.py")):
+            t0 = time.monotonic()
+            _before(args, tmp_path)
+            assert time.monotonic() - t0 < 1.0, args
+        assert capsys.readouterr().out == ""
+        for args in (("run", "zero"), ("check", "zero.toml"), ("run",)):
+            threading.Timer(1.5, lambda: (tmp_path / "progress").write_text("all\n")).start()
+            t0 = time.monotonic()
+            _before(args, tmp_path)
+            assert time.monotonic() - t0 >= 1.0, args
+            assert "waiting for DeepSpeed's ops" in capsys.readouterr().out
+            (tmp_path / "progress").write_text("")
+    finally:
+        proc.kill()
+        proc.wait()

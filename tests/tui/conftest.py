@@ -44,12 +44,19 @@ FAKE_BLOCKS = {
 }
 
 
+#: The most an in-process pilot test may take (each takes seconds). A pilot that waits for an
+#: app that has ended waits for ever (Textual 8.2: `Pilot.press` awaits the animator, and an
+#: animation started while a crashed app is torn down never completes); past this the test
+#: fails with the awaited stack instead of holding its worker and the suite.
+PILOT_LIMIT_S = 300
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
     """Run `async def` tests (Textual's Pilot is async) without an async pytest plugin."""
     if inspect.iscoroutinefunction(pyfuncitem.obj):
         args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
-        asyncio.run(pyfuncitem.obj(**args))
+        asyncio.run(asyncio.wait_for(pyfuncitem.obj(**args), PILOT_LIMIT_S))
         return True
     return None
 
