@@ -128,8 +128,8 @@ async def test_2_a_crash_writes_a_recovery_file_and_exits_internal(tmp_path, _wi
             await pilot.press("7", "7")
             await pilot.pause()
             # The crashing key is sent as the terminal sends it, not with pilot.press: press then
-            # waits for the app's animator, and an animation in flight when the crash stops the
-            # app never completes, so the test waited for ever (it held CI's suite past 90 min).
+            # waits for the app's animator, and an animation started while the crashed app is torn
+            # down never completes, so the test waited for ever (it held CI's suite past 90 min).
             driver_key(app, "f6")
             await asyncio.wait_for(app._exception_event.wait(), 60)
     assert app.return_code == 1
