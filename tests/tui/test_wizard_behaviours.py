@@ -26,28 +26,25 @@ from .conftest import make_app, widget
 pytestmark = pytest.mark.tui
 
 
+def driver_key(app, key: str) -> None:
+    """One key as the terminal's driver delivers it, with nothing awaited after it."""
+    try:
+        char = unicodedata.lookup(key.upper()) if len(key) > 1 and key.isalpha() and "+" not in key else None
+    except KeyError:
+        char = None
+    char = key if len(key) == 1 else {"tab": "\t", "enter": "\r", "space": " "}.get(key, char)
+    event = events.Key(key, char)
+    event.set_sender(app)
+    app._driver.send_message(event)
+
+
 async def blast(pilot, *keys: str) -> None:
     """Send every key at once, with no pause at all between them (faster than any person),
     then let the app finish: each key must still land where the focus was when it was sent."""
-    driver = pilot.app._driver
     for key in keys:
-        try:
-            char = unicodedata.lookup(key.upper()) if len(key) > 1 and key.isalpha() and "+" not in key else None
-        except KeyError:
-            char = None
-        char = key if len(key) == 1 else {"tab": "\t", "enter": "\r", "space": " "}.get(key, char)
-        event = events.Key(key, char)
-        event.set_sender(pilot.app)
-        driver.send_message(event)
+        driver_key(pilot.app, key)
     await pilot.app.keys.drained()
     await pilot.pause()
-
-
-def driver_key(app, key: str) -> None:
-    """One key as the terminal's driver delivers it, with nothing awaited after it."""
-    event = events.Key(key, None)
-    event.set_sender(app)
-    app._driver.send_message(event)
 
 
 def step(app) -> str:
