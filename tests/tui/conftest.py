@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.pilot import Pilot
 from tuner.compiler.read.hardware import GIB, GpuInfo, HardwareFacts
 from tuner.tui.app import WizardApp
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 from tuner.tui.fields import dom_id
+from tuner.tui.keyqueue import KeyQueue
 from tuner.tui.model import WizardState
 from tuner.tui.services import Services, ServiceUnavailable, Templates
 
@@ -59,6 +61,40 @@ def pytest_pyfunc_call(pyfuncitem):
         asyncio.run(asyncio.wait_for(pyfuncitem.obj(**args), PILOT_LIMIT_S))
         return True
     return None
+
+
+async def settled(app) -> None:
+    """Wait until the wizard has handled every key it received and every message those keys
+    (or a test's own change, such as setting a Select's value) caused, from the focused
+    widget up to the App: the wizard's own `KeyQueue` drain and settle."""
+    keys = getattr(app, "keys", None)
+    if isinstance(keys, KeyQueue) and app.is_running:
+        await keys.drained()
+        await keys.settle()
+
+
+@pytest.fixture(autouse=True)
+def _pilot_waits_until_settled(monkeypatch):
+    """`Pilot.pause()` and `Pilot.press()` return once the wizard has settled (above).
+
+    Textual's own wait is `wait_for_idle`: it returns when the process used little CPU over
+    20 ms, which on a loaded machine (CI's two cores beside rank processes) is also true of a
+    process that was simply not scheduled, with messages still queued. A test then read the
+    screen one message early (CI: `test_a_field_hidden_at_start_is_built_when_it_shows` saw
+    the LoRA row still hidden after choosing LoRA)."""
+    pause, press = Pilot.pause, Pilot.press
+
+    async def settled_pause(self, delay: float | None = None) -> None:
+        await pause(self, delay)
+        if delay is None:
+            await settled(self.app)
+
+    async def settled_press(self, *keys: str) -> None:
+        await press(self, *keys)
+        await settled(self.app)
+
+    monkeypatch.setattr(Pilot, "pause", settled_pause)
+    monkeypatch.setattr(Pilot, "press", settled_press)
 
 
 @pytest.fixture(autouse=True)
