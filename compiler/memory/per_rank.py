@@ -285,8 +285,10 @@ def estimate_strategy(s: Settings, m: ModelSize, strategy: str, world: int, rank
     switch = loading_switch(o)
     if efficient_loading is not None and switch:
         o.cpu_ram_efficient_loading = efficient_loading
-    P = m.parameters
-    T = P if trainable is None else trainable
+    # LoRA (`trainable`): PEFT adds the adapters to the model; gradients and optimizer get only them
+    base = m.parameters
+    P = base if trainable is None else base + trainable
+    T = base if trainable is None else trainable
     b = 2 if o.mixed_precision in ("bf16", "fp16") else 4
     K = o.optimizer_bytes
     dev, host, nvme = Bytes(), Bytes(), Bytes()
@@ -307,9 +309,11 @@ def estimate_strategy(s: Settings, m: ModelSize, strategy: str, world: int, rank
     elif o.deepspeed:
         stage = o.stage
         part = _pad(T, 2 * N) // N  # ZeRO-1/2 flatten and pad to the alignment x world
-        if stage == 3:
-            part = _zero3_partition(m, N)
-        dev.params = b * (part if stage == 3 else P)
+        params_part = P
+        if stage == 3:  # every parameter partitioned, the frozen base's too
+            params_part = _zero3_partition(m, N) + (0 if trainable is None else -(-trainable // N))
+            part = params_part if trainable is None else -(-trainable // N)
+        dev.params = b * params_part
         if stage <= 1:
             dev.grads = b * T
         else:
@@ -347,7 +351,7 @@ def estimate_strategy(s: Settings, m: ModelSize, strategy: str, world: int, rank
         dev.overhead = GPU_OVERHEAD_BYTES
 
     load_copies = 1 if o.cpu_ram_efficient_loading else ranks_per_host
-    load_peak = load_copies * 4 * P
+    load_peak = load_copies * 4 * base  # the model as loaded, before any adapter
     if o.cpu_ram_efficient_loading and o.deepspeed:
         # zero.Init partitions every layer as it is built: DeepSpeed's own estimate
         # (estimate_zero3_model_states_mem_needs, zero_init) is one fp32 layer per rank.

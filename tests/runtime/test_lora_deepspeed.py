@@ -15,7 +15,7 @@ import re
 import pytest
 import torch
 from runtime_helpers import assert_ok, merged, tuner_run
-from test_strategies import LOGITS_ATOL, _rows_tensor
+from test_strategies import LOGITS_ATOL, _rows_tensor, assert_estimate_matches_the_ranks
 
 from tests import harness
 
@@ -75,6 +75,14 @@ def test_only_adapters_train_and_learn(lora_ds):
         assert 0.45 <= ratio <= 0.55, f"ZeRO-3 partitions the base and the adapters: rank 0 holds {ratio:.2f}"
     else:
         assert ratio == 1.0
+
+
+def test_estimated_rank_state_matches_the_ranks(lora_ds):
+    """The memory estimate of a LoRA build against what each rank held: the base's parameters
+    plus the adapters' (ZeRO-3 partitions both), and gradients, fp32 master copy and Adam state
+    for the adapters only (the optimizer gets the trainable parameters)."""
+    _stage, run = lora_ds
+    assert_estimate_matches_the_ranks(run)
 
 
 def test_merged_export_reproduces_the_trained_model(lora_ds):
