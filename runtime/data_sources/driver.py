@@ -144,14 +144,20 @@ def check_data(fam: Family) -> str | None:
     """Before any rank starts: open and check the data (a language model's is tokenised and
     packed into the cache the ranks read; a stream is checked on its first rows). One summary
     line, or None when the family checks nothing."""
-    from ..families.recipes import PairData, TextData
+    from ..families.recipes import ImageData, PairData, TextData
 
     recipe = fam.data_recipe()
     if isinstance(recipe, PairData):
         train, val = pair_sets(fam.settings.data, fam.ctx.base_dir, fam.ctx.seed)
         return f"data: {fam.settings.data.path}: {len(train)} training pairs, {len(val) if val else 0} held out"
+    if isinstance(recipe, ImageData):
+        # Every image opened for its bucket as the ranks will (its header, not its pixels):
+        # a file that is no image is named here, before any rank starts.
+        images, held_out = image_sets(recipe, fam.settings.data, fam.ctx)
+        return (f"data: {fam.settings.data.path}: {len(images)} images in {len(images.buckets)} aspect "
+                f"bucket(s), {len(held_out) if held_out is not None else 0} held out")
     if not isinstance(recipe, TextData):
-        return None  # images are read on the ranks (every image is opened for its bucket)
+        return None
     text = recipe
     s = fam.settings
     d, t = s.data, s.training

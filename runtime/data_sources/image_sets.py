@@ -17,6 +17,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+from .errors import DataError
+
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "diffusion"
 
 
@@ -115,14 +117,29 @@ class ImageDataset:
 
 
 def open_image(src):
-    """A PIL image from a path or a `datasets` image value (``{"bytes", "path"}``)."""
+    """A PIL image from a path or a `datasets` image value (``{"bytes", "path"}``); a file Pillow
+    cannot read is a `DataError` naming it (exit 2, no traceback)."""
     import io
 
     from PIL import Image
 
+    try:
+        if isinstance(src, dict):
+            return Image.open(io.BytesIO(src["bytes"])) if src.get("bytes") else Image.open(src["path"])
+        return Image.open(src)
+    except (OSError, Image.DecompressionBombError) as exc:  # UnidentifiedImageError is an OSError
+        raise unreadable_image(src, exc) from None
+
+
+def unreadable_image(src, exc: Exception) -> DataError:
     if isinstance(src, dict):
-        return Image.open(io.BytesIO(src["bytes"])) if src.get("bytes") else Image.open(src["path"])
-    return Image.open(src)
+        where = str(src.get("path") or "an image stored in the data set named by data.path")
+    else:
+        where = str(src)
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return DataError(where, f"not an image that can be read ({type(exc).__name__}: {reason})",
+                     "replace the file with a readable PNG, JPEG or WebP, or remove it from the data "
+                     "(data.path, data.validation_path)")
 
 
 def crop_box(image_size: tuple[int, int], size: tuple[int, int]) -> tuple[int, int, int, int]:
@@ -148,7 +165,10 @@ def load_image(src, size: tuple[int, int]):
 
     w, h = size
     with open_image(src) as im:
-        im = im.convert("RGB")
+        try:
+            im = im.convert("RGB")  # decodes: a truncated or damaged file fails here
+        except (OSError, ValueError) as exc:
+            raise unreadable_image(src, exc) from None
         nw, nh, left, top = crop_box(im.size, size)
         im = im.resize((nw, nh), Image.BICUBIC)
         im = im.crop((left, top, left + w, top + h))

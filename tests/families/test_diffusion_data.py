@@ -149,3 +149,52 @@ def test_caption_dropout_empties_that_share_of_training_captions_only(tmp_path):
     assert all(val[i]["caption"] for i in range(len(val)))  # validation keeps its captions
     train0, _ = _sets(_family(tmp_path, path="train"))
     assert all(train0[i % 4]["caption"] for i in range(40))
+
+
+def _captioned_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "imgs"
+    for n, c in zip(_images(folder), CAPTIONS):
+        (folder / n).with_suffix(".txt").write_text(c + "\n")
+    return folder
+
+
+def test_the_launcher_reads_every_images_bucket_and_names_a_file_that_is_no_image(tmp_path):
+    """`tuner run`'s data check (before any rank) opens every image as the ranks will: it says
+    what it found, and a file that is no image is a DataError naming it and the fix, not a
+    traceback on every rank (it was: PIL's UnidentifiedImageError from each rank)."""
+    from tuner.runtime.data_sources.driver import check_data
+
+    folder = _captioned_folder(tmp_path)
+    assert check_data(_family(tmp_path, path="imgs")) == "data: imgs: 4 images in 3 aspect bucket(s), 0 held out"
+    (folder / "notes.png").write_text("not a png")
+    (folder / "notes.txt").write_text("a caption\n")
+    with pytest.raises(FamilyError) as raised:
+        check_data(_family(tmp_path, path="imgs"))
+    assert raised.value.exit_code == 2
+    assert str(raised.value).startswith(f"{folder / 'notes.png'}: not an image that can be read (UnidentifiedImageError")
+    assert "replace the file with a readable PNG, JPEG or WebP, or remove it" in str(raised.value)
+
+
+def test_tuner_run_refuses_a_folder_with_a_file_that_is_no_image_before_any_rank_starts(tmp_path):
+    from tests.reliability.rel_helpers import assert_honest, refused_before_launch
+
+    folder = _captioned_folder(tmp_path)
+    (folder / "img1.png").write_bytes(b"\x89PNG\r\n\x1a\n garbage")
+    (tmp_path / "settings.toml").write_text(
+        '[model]\nfamily = "diffusion"\npath = "builtin:tiny-unet"\n[data]\npath = "imgs"\nresolution = 32\n'
+        'validation_split = 0.0\n[hardware]\nplatform = "cpu"\nnum_processes = 2\n[training]\nmax_steps = 2\n')
+    p = refused_before_launch("run", tmp_path / "settings.toml", cwd=tmp_path)
+    assert_honest(p.returncode, p.stdout, p.stderr)
+    assert p.returncode == 2 and f"{folder / 'img1.png'}: not an image that can be read" in p.stderr, p.stderr
+
+
+def test_a_damaged_image_whose_header_reads_is_named_when_its_batch_is_loaded(tmp_path):
+    """A truncated file passes the header read (the launcher's check); decoding it for a batch
+    on a rank is then the DataError naming it (exit 2 on the rank, no traceback)."""
+    folder = _captioned_folder(tmp_path)
+    whole = (folder / "img0.png").read_bytes()
+    (folder / "img0.png").write_bytes(whole[: len(whole) // 2])
+    fam = _family(tmp_path, path="imgs")
+    train, _ = _sets(fam)
+    with pytest.raises(FamilyError, match=r"img0\.png: not an image that can be read \(OSError: .*truncated"):
+        _collate(fam, [train[0]])
