@@ -119,12 +119,8 @@ class HangWatch:
         mine = self._mine()
         for r in mine:  # freeze this machine's ranks where they are
             _signal(r["pid"], signal.SIGSTOP)
-        for r in mine:  # then each, in turn, writes its stacks (faulthandler on SIGUSR1) and stops again
-            stack = self.output_dir / RANKS_DIR / f"rank-{r['rank']}.stack"
-            _signal(r["pid"], signal.SIGUSR1)
-            _signal(r["pid"], signal.SIGCONT)
-            _wait_written(stack)
-            _signal(r["pid"], signal.SIGSTOP)
+        for r in mine:  # then each, in turn, writes its stacks and stops again
+            dump_stacks(r["pid"], self.output_dir / RANKS_DIR / f"rank-{r['rank']}.stack")
         for r in mine:
             _signal(r["pid"], signal.SIGKILL)
         folder = self.output_dir / "stacks"
@@ -137,6 +133,34 @@ class HangWatch:
             self.stacks = folder
         except OSError:
             self.stacks = None
+
+
+def dump_stacks(pid: int, stack: Path) -> None:
+    """Have the stopped process `pid` write its Python stacks (`rank_guard`'s faulthandler on
+    SIGUSR1) into `stack`, and stop it again.
+
+    SIGUSR1 goes to its main thread (`_to_main_thread`): a signal sent to a stopped process
+    waits for whichever of its threads runs first after SIGCONT, and while that thread dumped,
+    the main one ran on past the frame it was stopped in (a self-stopped rank's saved stack
+    showed the step after it; measured 6 of 10 dumps with busy threads beside it).
+    Sent to the main thread, the dump runs there before it returns to Python."""
+    _to_main_thread(pid, signal.SIGUSR1)
+    _signal(pid, signal.SIGCONT)
+    _wait_written(stack)
+    _signal(pid, signal.SIGSTOP)
+
+
+def _to_main_thread(pid: int, sig: int) -> None:
+    """`sig` to the main thread of `pid` (Linux: its thread id is the pid; glibc's tgkill), else
+    to the process."""
+    import ctypes
+
+    try:
+        tgkill = ctypes.CDLL(None, use_errno=True).tgkill
+    except (OSError, AttributeError):
+        tgkill = None
+    if tgkill is None or tgkill(pid, pid, sig) != 0:
+        _signal(pid, sig)
 
 
 def _wait_written(stack: Path, limit_s: float = 8.0, still_s: float = 1.0) -> None:
