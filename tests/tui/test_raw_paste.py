@@ -28,8 +28,7 @@ async def _burst(tmp_path, text: str):
         field.value = ""
         for key in _keys(text):
             app.keys.offer(key)  # one read's worth of keys, queued together
-        await app.keys.drained()
-        await pilot.pause()
+        await pilot.pause()  # waits for every key to be handled (conftest's settling pilot)
         toasts = " ".join(str(t.render()) for t in app.screen.query("Toast")).replace("\n", " ")
         return field.value, toasts
 

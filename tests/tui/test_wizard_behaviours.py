@@ -43,8 +43,7 @@ async def blast(pilot, *keys: str) -> None:
     then let the app finish: each key must still land where the focus was when it was sent."""
     for key in keys:
         driver_key(pilot.app, key)
-    await pilot.app.keys.drained()
-    await pilot.pause()
+    await pilot.pause()  # waits for every key to be handled (conftest's settling pilot)
 
 
 def step(app) -> str:
