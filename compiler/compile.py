@@ -19,6 +19,7 @@ called on a result without errors. A library caller may state the target machine
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,8 @@ class CompileResult:
     estimate: Estimate | None = None
     """The memory estimate this compile computed (its fit warnings come from it); what
     `tuner estimate` and the wizard show. None when the settings got no plan."""
+    deepspeed: Mapping[str, Any] | None = None
+    """The DeepSpeed config the rules made (what deepspeed.json holds); None: not DeepSpeed."""
     normalised: Normalised | None = None
     """The settings as normalised, before the rules resolved anything (what the wizard shows
     in its fields); None when the text did not parse."""
@@ -125,7 +128,8 @@ def compile_inputs(inputs: CompileInputs) -> CompileResult:
     if s.accelerate.base:
         base_cfg = _load_base(inputs, s.accelerate.base, diags)
 
-    result.estimate = model_facts.check(s, plan, diags, found, inputs.facts)
+    result.deepspeed = checked.deepspeed
+    result.estimate = model_facts.check(s, plan, diags, found, inputs.facts, checked.deepspeed)
     known_faults.check(s, plan, diags, inputs.versions, result.estimate)
     for text, exists in sorted(inputs.data_paths.items()):
         if not exists:  # CI may compile where the data is not: a warning; `tuner run` refuses

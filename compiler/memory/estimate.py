@@ -21,7 +21,9 @@ is not the target.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from ..keys.settings import Settings
 from ..plan.plan import Plan
@@ -30,6 +32,7 @@ from .activations import activation_bytes  # noqa: F401 - public
 from .advice import advise, host_advice, recommend  # noqa: F401 - public
 from .lora import lora_trainable
 from .model import ModelSize, model_size, resolve_model_path
+from .optimizer import RankOptimizers
 from .per_rank import (  # noqa: F401 - COMPARED is public here too
     COMPARED,
     GIB,
@@ -81,12 +84,14 @@ def _set_fits(r: StrategyEstimate, usable_gpu: int, host_cap: int) -> StrategyEs
 
 
 def estimate(s: Settings, plan: Plan, facts=None, base_dir: Path | None = None,
-             model: ModelSize | None = None, found=None) -> Estimate:
+             model: ModelSize | None = None, found=None, ds_config: Mapping[str, Any] | None = None) -> Estimate:
     """The memory estimate for settings `s` and their `plan`.
 
     `facts` is a `tuner.compiler.read.hardware.HardwareFacts` (None: only what the settings
     state); `model` overrides what `model_size` would find; `found` is what the compile's
-    gather stage read about the model (`inputs.ModelFacts`; None: read it now).
+    gather stage read about the model (`inputs.ModelFacts`; None: read it now); `ds_config`
+    is the compiled deepspeed.json of a DeepSpeed plan (it says which optimizer the ranks run,
+    `ranks_optimizers`).
     """
     source = "stated"
     if model is None:
@@ -100,6 +105,7 @@ def estimate(s: Settings, plan: Plan, facts=None, base_dir: Path | None = None,
     if model is None:
         return Estimate(None, source, None, [], gpu_cap, host_cap, cap_source, gpu_margin=GPU_MARGIN)
     notes: list[str] = []
+    optimizers = ranks_optimizers(s, ds_config)
     trainable = None
     if s.model.type == "lora":
         trainable = lora_trainable(s, model)
@@ -114,10 +120,10 @@ def estimate(s: Settings, plan: Plan, facts=None, base_dir: Path | None = None,
               checkpointing: bool | None = None) -> StrategyEstimate:
         r = estimate_strategy(s, model, name, n_machines * rph, rph, platform, cp, trainable,
                               chosen=name == plan.strategy, efficient_loading=efficient_loading,
-                              checkpointing=checkpointing)
+                              checkpointing=checkpointing, optimizers=optimizers)
         return _set_fits(r, usable, host_cap)
 
-    chosen, rows = compare(s, model, plan.strategy, world, rph, platform, cp, trainable)
+    chosen, rows = compare(s, model, plan.strategy, world, rph, platform, cp, trainable, optimizers)
     for r in [chosen] + rows:
         _set_fits(r, usable, host_cap)
     if model.uncertain:
@@ -143,7 +149,16 @@ def for_result(result, facts=None, base_dir: Path | None = None) -> Estimate | N
         return None
     if facts is None and result.estimate is not None:
         return result.estimate
-    return estimate(result.settings, result.plan, facts, base_dir)
+    return estimate(result.settings, result.plan, facts, base_dir, ds_config=result.deepspeed)
+
+
+def ranks_optimizers(s: Settings, ds_config: Mapping[str, Any] | None = None) -> RankOptimizers:
+    """What ranks build (`optimizer.py`); `ds_config`: the compiled deepspeed.json (None: there is
+    none, and the settings' raw ``deepspeed.config`` block is all there is)."""
+    raw = ds_config if ds_config is not None else s.deepspeed.config
+    block = raw.get("optimizer") if isinstance(raw, Mapping) else None
+    named = str(block["type"]) if isinstance(block, Mapping) and block.get("type") else ""
+    return RankOptimizers(plain=str(s.training.optimizer), deepspeed=named or str(s.training.optimizer))
 
 
 def nvme_bytes_per_host(s: Settings, strategy: Strategy, world: int, rph: int, platform: str, found) -> int:
@@ -154,5 +169,6 @@ def nvme_bytes_per_host(s: Settings, strategy: Strategy, world: int, rph: int, p
     m, _ = model_size(s, found)
     if m is None:
         return 0
-    r = estimate_strategy(s, m, strategy, max(1, world), max(1, rph), platform, chosen=True)
+    r = estimate_strategy(s, m, strategy, max(1, world), max(1, rph), platform, optimizers=ranks_optimizers(s),
+                          chosen=True)
     return r.nvme_per_host

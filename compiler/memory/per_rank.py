@@ -34,6 +34,7 @@ from ..keys.settings import Settings
 from ..plan.strategy import Strategy
 from .activations import activation_bytes, activation_table
 from .model import ModelSize, transformer_blocks
+from .optimizer import RankOptimizers
 
 GIB = 1024**3
 #: CUDA context, cuBLAS workspace and allocator slack per GPU (a measured-on-A100 ballpark).
@@ -47,11 +48,6 @@ HOST_OVERHEAD_PER_RANK = int(1.5 * GIB)
 DS_REDUCE_BUCKET = 500_000_000
 DS_PREFETCH_BUCKET = 50_000_000
 DS_PERSISTENCE_THRESHOLD = 100_000
-
-#: Optimizer state bytes per trainable fp32 parameter.
-OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "lamb": 8, "onebitadam": 8, "onebitlamb": 8,
-                         "zerooneadam": 8, "muadam": 8, "muadamw": 8, "adagrad": 4, "lion": 4,
-                         "musgd": 4, "muon": 4, "sgd": 0}
 
 #: The strategies compared side by side, cheapest first (the order recommendations follow).
 COMPARED = ("ddp", "zero1", "zero2", "fsdp2", "zero3", "zero2+offload", "fsdp2+offload",
@@ -120,29 +116,20 @@ def _num(value: Any, default: int) -> int:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
-def _optimizer_bytes(s: Settings, deepspeed: bool) -> int:
-    if deepspeed:
-        raw = s.deepspeed.config if isinstance(s.deepspeed.config, dict) else {}
-        opt = raw.get("optimizer", {}) if isinstance(raw.get("optimizer"), dict) else {}
-        name = str(opt.get("type") or s.deepspeed.optimizer)
-    else:
-        name = s.training.optimizer
-    return OPTIMIZER_STATE_BYTES.get(name.lower().replace("_", "").replace("-", ""), 8)
-
-
-def options_for(s: Settings, strategy: str, world: int, ranks_per_host: int,
+def options_for(s: Settings, strategy: str, world: int, ranks_per_host: int, optimizers: RankOptimizers,
                 chosen: bool = False) -> StrategyOptions:
     """The memory-relevant options of `strategy`, taken from the settings where they apply.
 
     For the settings' own strategy (``chosen=True``) the offload choices are the settings';
-    a compared variant (``zero3``, ``zero3+offload``, ...) sets its own.
+    a compared variant (``zero3``, ``zero3+offload``, ...) sets its own. `optimizers`: what the
+    ranks build (`estimate.ranks_optimizers`, from the compiled deepspeed.json).
     """
     base = base_strategy(strategy)
     zero = _raw_zero(s)
     ds = s.deepspeed
     opts = StrategyOptions(name=base, world=world, ranks_per_host=ranks_per_host, shard=world,
                            mixed_precision=s.training.mixed_precision,
-                           optimizer_bytes=_optimizer_bytes(s, base.is_deepspeed))
+                           optimizer_bytes=optimizers.state_bytes(base.is_deepspeed))
     if base.is_deepspeed:
         # A raw block of the wrong type is a compile error; the estimate still must not crash.
         off_opt = str(_table(zero.get("offload_optimizer")).get("device", ds.offload_optimizer)).lower()
@@ -272,7 +259,7 @@ def _zero3_partition(m: ModelSize, n: int) -> int:
 
 
 def estimate_strategy(s: Settings, m: ModelSize, strategy: str, world: int, ranks_per_host: int,
-                      platform: str, cp: int = 1, trainable: int | None = None,
+                      platform: str, cp: int = 1, trainable: int | None = None, *, optimizers: RankOptimizers,
                       chosen: bool = False, efficient_loading: bool | None = None,
                       checkpointing: bool | None = None,
                       activations: dict[tuple[int, bool], int] | None = None) -> StrategyEstimate:
@@ -280,8 +267,9 @@ def estimate_strategy(s: Settings, m: ModelSize, strategy: str, world: int, rank
     ``chosen=True`` keeps the settings' own offload options; `efficient_loading` overrides
     the settings' ``fsdp.cpu_ram_efficient_loading`` / ``deepspeed.zero3_init`` (the advice
     asks "would it fit with the switch on?"), `checkpointing` their activation checkpointing;
-    `activations`: `activations.activation_table`'s figures (None: computed here)."""
-    o = options_for(s, strategy, world, ranks_per_host, chosen)
+    `activations`: `activations.activation_table`'s figures (None: computed here); `optimizers`:
+    what the ranks build (`options_for`)."""
+    o = options_for(s, strategy, world, ranks_per_host, optimizers, chosen)
     switch = loading_switch(o)
     if efficient_loading is not None and switch:
         o.cpu_ram_efficient_loading = efficient_loading
@@ -365,22 +353,23 @@ def estimate_strategy(s: Settings, m: ModelSize, strategy: str, world: int, rank
 
 
 def compare(s: Settings, m: ModelSize, strategy: Strategy, world: int, ranks_per_host: int, platform: str,
-            cp: int = 1, trainable: int | None = None) -> tuple[StrategyEstimate, list[StrategyEstimate]]:
+            cp: int, trainable: int | None,
+            optimizers: RankOptimizers) -> tuple[StrategyEstimate, list[StrategyEstimate]]:
     """The settings' own strategy (labelled as the table names it) and every compared one, in
     one call, from one table of activation figures."""
     acts = activation_table(s, m, {1, cp, max(1, s.context_parallel.sp_size)})
     chosen = estimate_strategy(s, m, strategy, world, ranks_per_host, platform, cp, trainable, chosen=True,
-                               activations=acts)
-    chosen.label = LABELS.get(_describe(s, strategy), LABELS.get(strategy, strategy))
-    rows = [estimate_strategy(s, m, name, world, ranks_per_host, platform, cp, trainable, activations=acts)
-            for name in COMPARED]
+                               activations=acts, optimizers=optimizers)
+    chosen.label = LABELS.get(_describe(s, strategy, optimizers), LABELS.get(strategy, strategy))
+    rows = [estimate_strategy(s, m, name, world, ranks_per_host, platform, cp, trainable, activations=acts,
+                              optimizers=optimizers) for name in COMPARED]
     return chosen, rows
 
 
-def _describe(s: Settings, strategy: Strategy) -> str:
+def _describe(s: Settings, strategy: Strategy, optimizers: RankOptimizers) -> str:
     """The compared row's name for the settings' own strategy (``zero2+offload``, ...)."""
     if strategy.is_deepspeed:
-        o = options_for(s, strategy, 1, 1, chosen=True)
+        o = options_for(s, strategy, 1, 1, optimizers, chosen=True)
         if o.offload_param == "nvme" or o.offload_optimizer == "nvme":
             return "zero3+nvme" if strategy is Strategy.ZERO3 else strategy
         if o.offload_optimizer == "cpu" and strategy in (Strategy.ZERO2, Strategy.ZERO3):

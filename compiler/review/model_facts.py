@@ -18,6 +18,8 @@ settings file's directory (the project directory).
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
+from typing import Any
 
 from ..diagnostics import Diagnostics
 from ..keys import paths as K
@@ -81,9 +83,9 @@ def _check_wrap_classes(s: Settings, diags: Diagnostics, found) -> None:
                             else f"see `tuner blocks {s.model.path}` for its classes"))
 
 
-def _check_fit(s: Settings, plan: Plan, diags: Diagnostics, found, facts) -> Estimate | None:
+def _check_fit(s: Settings, plan: Plan, diags: Diagnostics, found, facts, ds_config) -> Estimate | None:
     try:
-        est = _estimate.estimate(s, plan, facts, found=found)
+        est = _estimate.estimate(s, plan, facts, found=found, ds_config=ds_config)
     except (ValueError, TypeError, OSError, ZeroDivisionError):
         return None  # an estimate is advice; never let it break a compile
     c = est.chosen
@@ -111,11 +113,13 @@ def _check_fit(s: Settings, plan: Plan, diags: Diagnostics, found, facts) -> Est
     return est
 
 
-def check(s: Settings, plan: Plan, diags: Diagnostics, found, facts=None) -> Estimate | None:
+def check(s: Settings, plan: Plan, diags: Diagnostics, found, facts=None,
+          ds_config: Mapping[str, Any] | None = None) -> Estimate | None:
     """Run the checks; returns the memory estimate they computed (None when there is none),
-    which the compile result carries for `tuner estimate` and the wizard."""
+    which the compile result carries for `tuner estimate` and the wizard. `ds_config`: the
+    plan's deepspeed.json (it names the optimizer DeepSpeed ranks run)."""
     _check_wrap_classes(s, diags, found)
-    est = _check_fit(s, plan, diags, found, facts)
+    est = _check_fit(s, plan, diags, found, facts, ds_config)
     _check_model_path(s, plan, diags, found, est)
     return est
 

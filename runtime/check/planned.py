@@ -142,7 +142,7 @@ def memory(arts: Artefacts, runs, own_trainer: bool) -> list[Finding]:
     settings' model (the same parameter count as the estimate's model)."""
     from ...compiler.memory.estimate import estimate
 
-    est = estimate(arts.settings, arts.plan, None, base_dir=arts.base_dir)
+    est = estimate(arts.settings, arts.plan, None, base_dir=arts.base_dir, ds_config=arts.deepspeed_config())
     if est is None or est.chosen is None:
         return [skipped("memory", "all", "no estimate for this model")]
     if not own_trainer:

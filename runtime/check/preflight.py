@@ -55,7 +55,7 @@ def _estimate(arts: Artefacts):
     from ...compiler.memory.estimate import estimate
 
     try:
-        return estimate(arts.settings, arts.plan, None, base_dir=arts.base_dir)
+        return estimate(arts.settings, arts.plan, None, base_dir=arts.base_dir, ds_config=arts.deepspeed_config())
     except Exception:  # noqa: BLE001 - an estimate that fails leaves disk/RAM unchecked, said in the report
         return None
 

@@ -90,12 +90,12 @@ def test_one_sgd_step_matches_single_process(strategy, reference, two_ranks):
 def test_estimated_rank_state_matches_the_ranks_under_plain_zero2(two_ranks):
     """The memory estimate under plain ZeRO-2 (no offload) against what each rank held after the step:
     its partition of the gradients (the 16-bit partition is freed once reduced:
-    tests/services/test_estimate_fit.py relies on this measurement), of the fp32 master weights, and the
-    whole parameters. Not the optimizer state: this run's SGD holds none, and the estimate of a DeepSpeed
-    build counts `deepspeed.optimizer`'s (Adam's 8 bytes a parameter) even where deepspeed.json names no
-    optimizer and the runtime runs `training.optimizer` (reported to the lead; Adam's partitioned state is
-    compared in test_strategies.py's ZeRO-2 + offload run, with DDP, FSDP2 and ZeRO-3)."""
+    tests/services/test_estimate_fit.py relies on this measurement), of the fp32 master weights, the
+    whole parameters, and the optimizer state: deepspeed.json names no optimizer, so the ranks run
+    `training.optimizer`, this run's SGD, which holds none (the estimate counted Adam's 8 bytes a parameter
+    here before it was given the compiled JSON; Adam's partitioned state is compared in
+    test_strategies.py's ZeRO-2 + offload run, with DDP, FSDP2 and ZeRO-3)."""
     run = two_ranks("zero2")
     held = run.traces[0]["state_bytes"]
     assert held["optimizer"] == 0 and 0 < held["grads"] < 0.55 * held["params"], held  # partitioned, as built
-    assert_estimate_matches_the_ranks(run, kinds=("params", "grads", "master"))
+    assert_estimate_matches_the_ranks(run, kinds=("params", "grads", "master", "optimizer"))

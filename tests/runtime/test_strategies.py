@@ -72,11 +72,10 @@ def assert_estimate_matches_the_ranks(run, kinds: tuple[str, ...] = STATE_KINDS)
     import contextlib
 
     from tuner.compiler.compile import compile_file
-    from tuner.compiler.memory.estimate import estimate
 
     with contextlib.chdir(run.dir):  # where `tuner run` compiled it (paths in the settings are relative)
         result = compile_file(run.dir / "settings.toml")
-        chosen = estimate(result.settings, result.plan).chosen
+    chosen = result.estimate.chosen  # the compile's own, what `tuner estimate` and the wizard show
     predicted = {k: chosen.rank_state(k) for k in kinds}
     for rank in (0, 1):
         held = run.traces[rank]["state_bytes"]

@@ -89,6 +89,25 @@ def test_settings_offload_is_the_chosen_row(tmp_path):
     assert est.chosen.label == "ZeRO-3 + CPU offload" and est.chosen.device.params == 0 and est.chosen.host.params == 2 * P
 
 
+def test_deepspeed_rows_count_the_optimizer_the_ranks_build():
+    """A deepspeed.json without an optimizer block leaves the optimizer to the trainer, which builds
+    training.optimizer (SGD: no state); a block (deepspeed.optimizer set, or a raw deepspeed.config one)
+    is what DeepSpeed builds. The compile's own estimate, for_result's and a direct call agree."""
+    sgd = plan_of(settings("zero2", extra='[training]\noptimizer = "sgd"\n'))
+    assert "optimizer" not in json.loads(sgd.deepspeed_json)
+    assert sgd.estimate.chosen.device.optimizer == 0 and sgd.estimate.row("zero3").device.optimizer == 0
+    assert estimate(sgd.settings, sgd.plan, model=toy(), ds_config=sgd.deepspeed).chosen.device.optimizer == 0
+    named = plan_of(settings(extra='[training]\noptimizer = "sgd"\n[deepspeed]\nenabled = true\nzero_stage = 2\n'
+                                   'optimizer = "AdamW"\n'))
+    assert json.loads(named.deepspeed_json)["optimizer"]["type"] == "AdamW"
+    est = estimate(named.settings, named.plan, model=toy(), ds_config=named.deepspeed)
+    assert est.chosen.device.optimizer == 4 * P  # AdamW's 8 bytes a parameter over 2 ranks
+    assert est.row("ddp").device.optimizer == 0  # a DDP run of these settings builds their SGD
+    assert named.estimate.chosen.device.optimizer > 0
+    raw = plan_of(settings("zero2", extra='[deepspeed.config.optimizer]\ntype = "Lion"\n'))
+    assert estimate(raw.settings, raw.plan, model=toy(), ds_config=raw.deepspeed).chosen.device.optimizer == 2 * P
+
+
 def test_zero3_persistent_small_parameters_follow_the_threshold():
     base = settings("zero3")
     big = ModelSize(P, "stated", {500: 2}, 100, {}, "unknown")
