@@ -51,6 +51,19 @@ def read_ranks(output_dir: Path, since: float) -> dict[int, dict]:
     return found
 
 
+def unsaid_errors(ranks: dict[int, dict]) -> list[str]:
+    """The errors ranks recorded (`rank_guard.failed`) that no rank printed: each machine's local
+    rank 0 prints its own, so another rank's error is said once here, naming the rank."""
+    said = {rep.get("error") for rep in ranks.values() if rep.get("local_rank", 0) == 0}
+    lines = []
+    for rank in sorted(ranks):
+        error = ranks[rank].get("error")
+        if error and error not in said:
+            lines.append(f"rank {rank}: {error}")
+            said.add(error)
+    return lines
+
+
 def describe(rep: dict, now: float | None = None) -> str:
     now = now or time.time()
     return (f"rank {rep.get('rank')} on machine {rep.get('machine', 0)} ({rep.get('host', '?')}, pid {rep.get('pid')}) "

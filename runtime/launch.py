@@ -132,7 +132,7 @@ def _launch_cpu_once(arts: Artefacts, entry: Entry, topo: Topology, how: Launche
     except ChildFailedError as exc:
         if watch is not None and watch.cause:
             return _report_hang(arts, entry, watch)
-        return _report_failure(entry, exc, arts, watch)
+        return _report_failure(entry, exc, arts, watch, how.nproc)
     except SignalException as exc:
         return interrupted(arts, entry, int(exc.sigval))
     except KeyboardInterrupt:  # a Ctrl-C that landed before torch installed its handler
@@ -224,15 +224,30 @@ def _report_hang(arts: Artefacts, entry: Entry, watch) -> int:
     return EXIT_RANK_FAILED
 
 
-def _report_failure(entry: Entry, exc, arts: Artefacts | None = None, watch=None) -> int:
+def _report_person_error(entry: Entry, arts: Artefacts | None, watch, divergent: bool) -> int:
+    """A rank stopped on the person's error (its data, the build, a full disk), not a crash: exit 2.
+    The rank said why (each machine's local rank 0 prints; another rank's error is read from its
+    report and said here); where only some ranks met it, the others were stopped: the last
+    complete checkpoint is named, as for any rank that ends the run."""
+    from .hang_watch import read_ranks, unsaid_errors
+
+    if watch is not None:
+        for line in unsaid_errors(read_ranks(watch.output_dir, watch.started)):
+            print(f"{entry.command}: {line}", file=sys.stderr)
+    if divergent and arts is not None and entry.checkpoints:
+        print(f"{entry.command}: the run was stopped on every rank; {last_checkpoint_words(arts)}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _report_failure(entry: Entry, exc, arts: Artefacts | None = None, watch=None, nproc: int = 0) -> int:
     failures = exc.failures or {}
     if not failures:
         print(f"{entry.command}: a rank failed", file=sys.stderr)
         return EXIT_RANK_FAILED
     first_rank, first = min(failures.items(), key=lambda kv: kv[1].timestamp)
     codes = sorted({f.exitcode for f in failures.values()})
-    if entry.module == "tuner.runtime.worker" and all(f.exitcode == 2 for f in failures.values()):
-        return EXIT_USAGE  # a user error, already printed by rank 0
+    if entry.module == "tuner.runtime.worker" and any(f.exitcode == EXIT_USAGE for f in failures.values()):
+        return _report_person_error(entry, arts, watch, divergent=len(codes) > 1 or len(failures) < nproc)
     desc = f"killed by signal {first.signal_name()}" if first.exitcode < 0 else f"exit code {first.exitcode}"
     where, last = "", ""
     if watch is not None and arts is not None:

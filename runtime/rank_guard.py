@@ -81,6 +81,14 @@ def doing(what: str) -> None:
         _write_state()
 
 
+def failed(message: str) -> None:
+    """Record the person's error that stops this rank (its data, the build): each machine's local
+    rank 0 prints its own; the launcher says another rank's (`hang_watch.unsaid_errors`)."""
+    if _state:
+        _state.update(error=message)
+        _write_state()
+
+
 def _write_state() -> None:
     with _lock:
         try:

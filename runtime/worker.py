@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> int:
             Trainer(arts, plan=plan, callbacks=given).train()
         _shutdown()
     except (RunError, FamilyError) as exc:
+        rank_guard.failed(str(exc))  # a rank's own error (its data): the launcher says it
         if os.environ.get("LOCAL_RANK", rank) == "0":  # once per machine: each launcher's log says why
             print(f"tuner run: {exc}", file=sys.stderr, flush=True)
         # Give rank 0 time to print before the launcher tears the others down.

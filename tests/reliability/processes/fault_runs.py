@@ -75,6 +75,8 @@ FAULTS = {
     "disk_full": (1, "rank 1", "No space left on device"),
     "nan": (1, "from rank 1", "the loss is nan at step 3"),
     "out_of_data": (1, "rank 1 ", "on machine 0"),
+    # the person's error on one rank only (a bad row in its shard): said by the launcher, exit 2
+    "data_error": (1, "tuner run: rank 1: train.jsonl row 7: injected", "fix or remove that row"),
     # an FSDP2 run (the others train DDP): a killed rank ends the run within DEATH_BOUND_S
     "sigkill": (1, "rank 1 failed (killed by signal SIGKILL) on machine 0", "while training step 3"),
     "sigstop": (1, "rank 1 on machine 0", "stopped responding"),
@@ -94,6 +96,9 @@ HANGS = {"sigstop", "slow_validation", "sigstop_machine1", "deadlock"}
 EXTRA = {"sigkill": FSDP2}
 STEP = {"sigkill_machine1": 5}
 BOUND = {"sigkill": DEATH_BOUND_S}
+#: The launcher's exit status where a fault has one of its own (else any non-zero): the person's
+#: error on a rank, their data or a full disk, is exit 2 as before any rank starts.
+EXIT = {"data_error": 2, "disk_full": 2}
 
 
 def _port() -> int:
@@ -265,7 +270,7 @@ def problems_of(got: dict[str, dict]) -> list[tuple]:
         for code, err in r["results"]:
             summary = [line for line in err.splitlines() if line.startswith("tuner run: ")]
             why = []
-            if code in (0, None) or code < 0:
+            if code in (0, None) or code < 0 or code != EXIT.get(fault, code):
                 why.append(f"exit {code}")
             if "Traceback" in "\n".join(summary):
                 why.append("traceback in the cause")

@@ -46,6 +46,11 @@ class Fault:
         if FAULT == "out_of_data" and rank == 1:
             _mark()
             trainer.total_steps = trainer.step  # this rank's data ends here
+        if FAULT == "data_error" and rank == 1:  # a row only rank 1 reads is bad: the person's error
+            from tuner.runtime.data_sources.errors import DataError
+
+            _mark()
+            raise DataError("train.jsonl row 7", "injected: not a JSON object", "fix or remove that row")
 
     def on_step_end(self, trainer, metrics) -> None:
         rank = dist.get_rank()
