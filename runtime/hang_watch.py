@@ -54,7 +54,7 @@ def read_ranks(output_dir: Path, since: float) -> dict[int, dict]:
 def unsaid_errors(ranks: dict[int, dict]) -> list[str]:
     """The errors ranks recorded (`rank_guard.failed`) that no rank printed: each machine's local
     rank 0 prints its own, so another rank's error is said once here, naming the rank."""
-    said = {rep.get("error") for rep in ranks.values() if rep.get("local_rank", 0) == 0}
+    said = {rep.get("error") for rep in ranks.values() if rep.get("error_said")}
     lines = []
     for rank in sorted(ranks):
         error = ranks[rank].get("error")

@@ -224,30 +224,35 @@ def _report_hang(arts: Artefacts, entry: Entry, watch) -> int:
     return EXIT_RANK_FAILED
 
 
-def _report_person_error(entry: Entry, arts: Artefacts | None, watch, divergent: bool) -> int:
+def _report_person_error(entry: Entry, arts: Artefacts | None, ranks: dict[int, dict], divergent: bool) -> int:
     """A rank stopped on the person's error (its data, the build, a full disk), not a crash: exit 2.
     The rank said why (each machine's local rank 0 prints; another rank's error is read from its
     report and said here); where only some ranks met it, the others were stopped: the last
     complete checkpoint is named, as for any rank that ends the run."""
-    from .hang_watch import read_ranks, unsaid_errors
+    from .hang_watch import unsaid_errors
 
-    if watch is not None:
-        for line in unsaid_errors(read_ranks(watch.output_dir, watch.started)):
-            print(f"{entry.command}: {line}", file=sys.stderr)
+    for line in unsaid_errors(ranks):
+        print(f"{entry.command}: {line}", file=sys.stderr)
     if divergent and arts is not None and entry.checkpoints:
         print(f"{entry.command}: the run was stopped on every rank; {last_checkpoint_words(arts)}", file=sys.stderr)
     return EXIT_USAGE
 
 
 def _report_failure(entry: Entry, exc, arts: Artefacts | None = None, watch=None, nproc: int = 0) -> int:
+    from .hang_watch import read_ranks
+
     failures = exc.failures or {}
     if not failures:
         print(f"{entry.command}: a rank failed", file=sys.stderr)
         return EXIT_RANK_FAILED
     first_rank, first = min(failures.items(), key=lambda kv: kv[1].timestamp)
     codes = sorted({f.exitcode for f in failures.values()})
-    if entry.module == "tuner.runtime.worker" and any(f.exitcode == EXIT_USAGE for f in failures.values()):
-        return _report_person_error(entry, arts, watch, divergent=len(codes) > 1 or len(failures) < nproc)
+    # A rank that met the person's error exits 2 after recording it; a peer of it can fail first
+    # (its collective broken by that exit) and be the failure the agent notices: the record decides.
+    ranks = read_ranks(watch.output_dir, watch.started) if watch is not None else {}
+    if entry.module == "tuner.runtime.worker" and (any(f.exitcode == EXIT_USAGE for f in failures.values())
+                                                   or any(rep.get("error") for rep in ranks.values())):
+        return _report_person_error(entry, arts, ranks, divergent=len(codes) > 1 or len(failures) < nproc)
     desc = f"killed by signal {first.signal_name()}" if first.exitcode < 0 else f"exit code {first.exitcode}"
     where, last = "", ""
     if watch is not None and arts is not None:

@@ -81,11 +81,12 @@ def doing(what: str) -> None:
         _write_state()
 
 
-def failed(message: str) -> None:
-    """Record the person's error that stops this rank (its data, the build): each machine's local
-    rank 0 prints its own; the launcher says another rank's (`hang_watch.unsaid_errors`)."""
+def failed(message: str, said: bool) -> None:
+    """Record the person's error that stops this rank (its data, the build, a full disk), and whether
+    this rank printed it: the launcher says the ones no rank printed (`hang_watch.unsaid_errors`),
+    and takes the run's end for the person's error, not a crash, whichever rank it notices first."""
     if _state:
-        _state.update(error=message)
+        _state.update(error=message, error_said=said)
         _write_state()
 
 

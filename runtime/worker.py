@@ -75,8 +75,9 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> int:
             Trainer(arts, plan=plan, callbacks=given).train()
         _shutdown()
     except (RunError, FamilyError) as exc:
-        rank_guard.failed(str(exc))  # a rank's own error (its data): the launcher says it
-        if os.environ.get("LOCAL_RANK", rank) == "0":  # once per machine: each launcher's log says why
+        first_here = os.environ.get("LOCAL_RANK", rank) == "0"
+        rank_guard.failed(str(exc), said=first_here)  # another rank's own error (its data): the launcher says it
+        if first_here:  # once per machine: each launcher's log says why
             print(f"tuner run: {exc}", file=sys.stderr, flush=True)
         # Give rank 0 time to print before the launcher tears the others down.
         return getattr(exc, "exit_code", 2)
@@ -88,8 +89,10 @@ def main(argv: list[str] | None = None, callbacks: list | None = None) -> int:
         if not full:
             raise
         where = getattr(exc, "filename", None) or (str(arts.output_dir) if "arts" in locals() else args.build_dir)
-        print(f"tuner run: rank {rank}: No space left on device writing {where}; free space there or set "
-              "output.dir to a larger disk, then resume with --resume latest", file=sys.stderr, flush=True)
+        line = (f"rank {rank}: No space left on device writing {where}; free space there or set output.dir to a "
+                "larger disk, then resume with --resume latest")
+        rank_guard.failed(line, said=True)
+        print(f"tuner run: {line}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     return EXIT_OK
 
