@@ -76,8 +76,7 @@ def main() -> None:
     p.add_argument("--fast-cpu-s", type=float, default=480.0)
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    os.environ.update(env)
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")  # every command's
     figures: dict[str, float | None] = {"load_average_1min": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory() as tmp:
         for ranks in (1, 2):
@@ -86,7 +85,7 @@ def main() -> None:
         if a.ops:
             ext = Path(tmp) / "torch_extensions"
             figures["ops_cpu_s"], figures["ops_wall_s"] = children_cpu(
-                [sys.executable, str(REPO / "scripts" / "build_ops.py")], REPO, {**env, "TORCH_EXTENSIONS_DIR": str(ext)})
+                [sys.executable, str(REPO / "scripts" / "build_ops.py")], REPO, {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext)})
     one = float(figures["launch_1_rank_cpu_s"] or 0)
     floor = (figures["ops_cpu_s"] or 0) + a.fast_cpu_s + a.launches * one
     figures.update(fast_tier_cpu_s=a.fast_cpu_s, launches=a.launches, floor_cpu_s=floor, budget_cpu_s=BUDGET_CPU_S,
