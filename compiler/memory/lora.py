@@ -8,25 +8,46 @@ transformers-4 names it translates (``peft.utils.transformers_weight_conversion`
 
 * Mixtral: ``w1``/``w3`` -> ``gate_up_proj`` (rank 2r), ``w2`` -> ``down_proj``;
   ``gate_proj``/``up_proj``/``down_proj`` match nothing in Mixtral's MoE layers;
-* Qwen3-MoE, DeepSeek-V2/V3, OLMoE, Qwen3-Next: ``gate_proj``+``up_proj`` -> ``gate_up_proj``
-  (rank 2r), ``down_proj`` -> ``down_proj``; the names then leave the module targets, so the
-  dense and shared-expert MLPs of these models are *not* adapted;
-* Qwen2-MoE: no translation: the shared expert's linears are adapted, the experts are not.
+* Qwen3-MoE, DeepSeek-V2/V3, OLMoE, Qwen3-Next, and from PEFT 0.22 Qwen2-MoE:
+  ``gate_proj``+``up_proj`` -> ``gate_up_proj`` (rank 2r), ``down_proj`` -> ``down_proj``;
+* PEFT 0.21 then drops the translated names from the module targets, so the dense and
+  shared-expert MLPs of these models are *not* adapted (and Qwen2-MoE's experts are not,
+  its shared expert is); PEFT 0.22 keeps a name that matches ``nn.Linear`` modules as a
+  module target too, so they are (peft#3711, #3945).
 
 A fused parameter ``(E, out, in)`` under rank r' gets ``r'·E·(in + out)`` parameters.
-`tests/services/test_estimate_arch.py` compares these counts with PEFT on meta models.
+The rules are those of the PEFT installed here (the one the ranks will build the adapters
+with; the newest modelled when there is none); pyproject.toml pins PEFT to the modelled
+releases. `tests/services/test_estimate_arch.py` compares these counts with PEFT on meta models.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .shapes import Arch, _cfg, architecture
 
-#: model type -> {transformers-4 name: fused parameter} (PEFT's own tables, see above).
+_TRANSLATED = {"gate_proj": "gate_up_proj", "up_proj": "gate_up_proj", "down_proj": "down_proj"}
+#: model type -> {transformers-4 name: fused parameter} (PEFT 0.21's own tables, see above).
 PEFT_FUSED_NAMES = {
     "mixtral": {"w1": "gate_up_proj", "w3": "gate_up_proj", "w2": "down_proj"},
-    **{mt: {"gate_proj": "gate_up_proj", "up_proj": "gate_up_proj", "down_proj": "down_proj"}
-       for mt in ("qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "qwen3_next")},
+    **{mt: _TRANSLATED for mt in ("qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "qwen3_next")},
 }
+#: What PEFT 0.22 changed: one more model type, and translated names stay module targets.
+PEFT_022_FUSED_NAMES = {**PEFT_FUSED_NAMES, "qwen2_moe": _TRANSLATED}
+
+
+@lru_cache(maxsize=1)
+def installed_peft() -> tuple[int, int]:
+    """(major, minor) of the installed PEFT, read from its metadata (no import); the newest
+    modelled release when PEFT is not installed here."""
+    from importlib import metadata
+
+    try:
+        parts = metadata.version("peft").split(".")
+        return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
+    except (metadata.PackageNotFoundError, ValueError, IndexError):
+        return (0, 22)
 
 
 def _attention_linears(a: Arch) -> dict[str, tuple[int, int]]:
@@ -48,12 +69,15 @@ def _mlp_linears(h: int, inter: int) -> dict[str, tuple[int, int]]:
     return {"gate_proj": (h, inter), "up_proj": (h, inter), "down_proj": (inter, h)}
 
 
-def decoder_lora(a: Arch, targets: list[str], r: int) -> int:
-    """LoRA parameters PEFT adds to a decoder with architecture `a`."""
-    fused = PEFT_FUSED_NAMES.get(a.model_type, {})
+def decoder_lora(a: Arch, targets: list[str], r: int, peft: tuple[int, int] | None = None) -> int:
+    """LoRA parameters PEFT (`peft` = (major, minor), else the installed one) adds to a
+    decoder with architecture `a`."""
+    keeps_modules = (peft or installed_peft()) >= (0, 22)
+    fused = (PEFT_022_FUSED_NAMES if keeps_modules else PEFT_FUSED_NAMES).get(a.model_type, {})
     wanted = set(targets)
     to_params = {fused[t] for t in wanted if t in fused}
-    modules = wanted - set(fused)  # PEFT moves the translated names to target_parameters
+    # PEFT 0.21 moves the translated names to target_parameters; 0.22 also keeps them as modules
+    modules = wanted if keeps_modules else wanted - set(fused)
 
     def linears(table: dict[str, tuple[int, int]]) -> int:
         return sum(r * (i + o) for name, (i, o) in table.items() if name in modules)

@@ -200,3 +200,19 @@ def test_lora_estimate_reads_the_moe_experts(tmp_path):
     attention = 48 * r * ((h + 32 * 128) * 2 + (h + 4 * 128) * 2)
     assert decoder_lora(a, ALL, r) == experts + attention
     assert any(f"{(experts + attention) / 1e6:.2f}M" in n for n in est.notes)
+
+
+#: PEFT's counts on the meta models above under the release that is not installed here:
+#: get_peft_model(..., LoraConfig(r=4, target_modules=TARGETS[t])) measured with peft 0.21.2
+#: and 0.22.0 on transformers 5.23 (0.22 adapts Qwen2-MoE's experts, and keeps the dense and
+#: shared-expert MLPs as module targets beside the fused experts).
+PEFT_MEASURED = {("deepseek_v3", "all"): (12800, 17024), ("qwen2_moe", "all"): (9984, 21248),
+                 ("qwen3_moe", "all"): (16640, 18560), ("deepseek_v3", "mla"): (9888, 11296)}
+
+
+@pytest.mark.parametrize("model,targets", sorted(PEFT_MEASURED))
+def test_lora_count_follows_the_peft_release(model, targets):
+    config = LORA_MODELS[model]
+    old, new = PEFT_MEASURED[model, targets]
+    assert decoder_lora(architecture(config), TARGETS[targets], 4, peft=(0, 21)) == old
+    assert decoder_lora(architecture(config), TARGETS[targets], 4, peft=(0, 22)) == new
