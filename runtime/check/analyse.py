@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...compiler.plan.strategy import Strategy
-from . import losses, samples, saves
+from . import collectives, losses, samples, saves
 from .findings import Finding, fault, ok, skipped
 from .planned import memory, schedule
 
@@ -39,16 +39,18 @@ def analyse(arts: Artefacts, facts: dict[int, dict], ranks: list[int], own_train
     if missing:
         out.append(fault("rehearsal", ", ".join(f"rank {r}" for r in missing), "wrote no report (it failed or was killed)",
                          "see the rank's output above; fix the error and run tuner check again"))
+    stuck, explained = collectives.judge(facts)
     for r, f in sorted(facts.items()):
         if f.get("observer_errors"):
             out.append(fault("rehearsal", f"rank {r}", "tuner check's observer failed (a bug in tuner check; the "
                              f"script went on): {f['observer_errors'][0]}",
                              "report it; --skip the check it names, or run tuner launch without --check"))
-        if f.get("error"):
+        if f.get("error") and r not in explained:  # a collective's timeout: `collectives` names it
             out.append(fault("rehearsal", f"rank {r}", f"the script failed: {f['error'][:300]}",
                              "fix the error shown in the rank's output"))
     if not facts:
         return out
+    out += stuck
     runs = {r: [run for run in f["runs"] if run["accelerator"] is not None or run["backwards"]] for r, f in facts.items()}
     if not runs or not any(runs.values()):
         out.append(fault("rehearsal", "all", "no Accelerator was built and nothing was trained",

@@ -29,6 +29,7 @@ CHECKS: dict[str, tuple[str, str]] = {
     "network-interface": ("launch", "the socket interface is set, and exists, when there are several routes"),
     "gpus": ("launch", "GPU count and memory on GPU targets, and the NCCL version"),
     "rehearsal": ("run", "every rank ran the rehearsal and reported"),
+    "collectives": ("run", "no rank waits in a collective the others never join (bounded by TUNER_PG_TIMEOUT)"),
     "world-size": ("run", "world size and rank every Accelerator/PartialState sees equal the plan"),
     "distributed-type": ("run", "accelerate's distributed type is the plan's"),
     "prepared": ("run", "the model, optimizer and data loader went through Accelerator.prepare"),

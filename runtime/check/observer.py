@@ -26,7 +26,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from . import losses, samples, saves, tensors
+from . import collectives, losses, samples, saves, tensors
 from .tensors import checksum, fingerprint, local, model_facts
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ _models: dict[int, Any] = {}  # run index -> prepared model
 _accelerators: dict[int, Any] = {}  # run index -> its Accelerator
 _installed = False
 _depth: list[int] = []
+_stuck: dict[str, Any] = {}  # where this rank waited in a collective that timed out (collectives.stuck)
 
 
 def _safe(fn):
@@ -84,6 +85,7 @@ def rehearsal():
         yield
         return
     install()
+    collectives.bound()
     _mark("observer")
     _launch_env.update(rank=os.environ.get("RANK", "0"), world=os.environ.get("WORLD_SIZE", "1"))
     error = None
@@ -97,6 +99,7 @@ def rehearsal():
         raise
     except BaseException as exc:
         error = f"{type(exc).__name__}: {exc}"
+        _stuck.update(collectives.stuck(exc) or {})
         raise
     finally:
         write(error)
@@ -375,7 +378,7 @@ def write(error: str | None = None) -> None:
     data = {"rank": int(rank), "marks": {"process": _process_start(), **_marks},
             "env_world": int(_launch_env.get("world") or os.environ.get("WORLD_SIZE", "1")),
             "runs": [r for r in _runs if r["accelerator"] is not None or r["backwards"] or r["steps"]],
-            "error": error, "observer_errors": _errors}
+            "error": error, "observer_errors": _errors, "collective": _stuck or None}
     os.makedirs(d, exist_ok=True)
     tmp = os.path.join(d, f".rank-{rank}.json")
     with open(tmp, "w") as fh:

@@ -107,7 +107,8 @@ def rehearse(arts: Artefacts, opts: Options, report: Report, quiet_stdout: bool)
     report.timings.update(phases(facts, wall0, wall1))
     findings = analyse(arts, facts, ranks, own_trainer=not target)
     report.timings["rehearsal: judging"] = round(time.time() - wall1, 2)
-    if rc not in (0, None) and not any(f.check == "rehearsal" for f in findings):
+    named = any(f.check == "rehearsal" or (f.check == "collectives" and f.status == "fault") for f in findings)
+    if rc not in (0, None) and not named:
         findings.append(fault("rehearsal", f"machine {plan.topology.machine_rank}", f"the ranks exited with status {rc}",
                               "see the ranks' output above"))
     report.add(findings)
