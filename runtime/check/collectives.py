@@ -20,6 +20,7 @@ Found with peft 0.22, whose ``get_peft_model_state_dict`` gathers FSDP2's DTenso
 
 from __future__ import annotations
 
+import math
 import os
 import sysconfig
 import traceback
@@ -43,6 +44,9 @@ def bound() -> None:
     c10d.default_pg_timeout = limit
     if isinstance(getattr(c10d, "default_pg_nccl_timeout", None), timedelta):
         c10d.default_pg_nccl_timeout = limit
+    # DeepSpeed passes its own default (DEEPSPEED_TIMEOUT minutes, 10) when it creates the group
+    # on GPUs, read when deepspeed is first imported; on CPU ranks tuner creates it (bootstrap).
+    os.environ.setdefault("DEEPSPEED_TIMEOUT", str(max(1, math.ceil(limit.total_seconds() / 60))))
 
 
 def _library(filename: str) -> bool:
