@@ -26,6 +26,7 @@ import sysconfig
 import traceback
 from datetime import timedelta
 
+from .. import knobs
 from .findings import Finding, fault, ok
 
 #: Where library code lives: frames under these are not the script's.
@@ -37,8 +38,6 @@ _TUNER = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "..")) +
 def bound() -> None:
     """Make torch's default process-group timeout the rehearsal's bound (TUNER_PG_TIMEOUT)."""
     from torch.distributed import distributed_c10d as c10d
-
-    from .. import knobs
 
     limit = timedelta(seconds=knobs.pg_timeout_s())
     c10d.default_pg_timeout = limit
@@ -78,8 +77,6 @@ def judge(facts: dict[int, dict]) -> tuple[list[Finding], set[int]]:
     seen = {r: f["collective"] for r, f in sorted(facts.items()) if f.get("collective")}
     if not any(w["timeout"] for w in seen.values()):
         return [ok("collectives", "all", "no rank waited in a collective the others did not join")], set()
-    from .. import knobs
-
     where = "; ".join(f"rank {r} in {w['call']}() at {w['line']}" for r, w in seen.items())
     others = sorted(set(facts) - set(seen))
     rest = f"; rank(s) {', '.join(map(str, others))} ended elsewhere" if others else ""
